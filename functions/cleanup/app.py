@@ -1,0 +1,53 @@
+"""Cleanup: DynamoDB stream TTL removals -> re-drive never-scheduled messages, delete payloads."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
+from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from delayq import runtime
+from delayq.cleanup import Outcome, TtlCleanup
+from delayq.clock import system_clock
+from delayq.ingest import IngestServices
+from delayq.retry import Deadline
+from delayq.settings import Settings
+from delayq.telemetry import NAMESPACE, report_cleanup
+
+logger = Logger()
+metrics = Metrics(namespace=NAMESPACE)
+processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
+
+
+@cache
+def _setup() -> IngestServices:
+    return runtime.ingest_services(Settings.from_env())
+
+
+@metrics.log_metrics
+@logger.inject_lambda_context
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Each stream record succeeds or fails alone (ReportBatchItemFailures)."""
+    services = _setup()
+    cleanup = TtlCleanup(
+        store=services.store,
+        delay_queue=services.delay_queue,
+        payloads=services.payloads,
+        clock=system_clock,
+        deadline=Deadline.from_context(context),
+    )
+    outcomes: list[Outcome] = []
+
+    def record_handler(record: DynamoDBRecord) -> None:
+        outcomes.append(cleanup.handle(record.raw_event))
+
+    response = process_partial_response(event, record_handler, processor, context)
+    report_cleanup(metrics, outcomes)
+    return dict(response)

@@ -1,0 +1,100 @@
+"""Time-bucket keys and the horizon arithmetic that decides where a message waits.
+
+A stored message lives under the partition key ``<due-second>#<shard>``: one due-second is
+spread over ``shards`` partitions so that a burst sharing one second is not capped by one
+DynamoDB partition's 1,000 writes per second. The scheduler queries every shard of every
+second from the watermark up to now + look-ahead.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import zlib
+
+from delayq import constants as c
+
+
+class Route(enum.Enum):
+    """Where a delay request waits."""
+
+    QUEUE = "queue"  # due within the horizon: SQS DelaySeconds does the waiting
+    STORE = "store"  # due later: DynamoDB until the scheduler picks it up
+
+
+def due_second(due_ms: int) -> int:
+    """The whole epoch second a due time falls in (floor, also for negative values)."""
+    return due_ms // 1000
+
+
+def shard_of(delay_id: str, shards: int) -> int:
+    """A shard chosen by a hash that is stable across processes (unlike ``hash()``)."""
+    return zlib.crc32(delay_id.encode("utf-8")) % shards
+
+
+def bucket_key(second: int, shard: int) -> str:
+    """The partition key of one shard of one due-second."""
+    return f"{second}#{shard}"
+
+
+def parse_bucket_key(key: str) -> tuple[int, int]:
+    """Inverse of :func:`bucket_key`."""
+    second, _, shard = key.partition("#")
+    return int(second), int(shard)
+
+
+def bucket_keys(second: int, shards: int) -> list[str]:
+    """Every partition key of one due-second."""
+    return [bucket_key(second, s) for s in range(shards)]
+
+
+def route(due_ms: int, now_ms: int, horizon_seconds: int) -> Route:
+    """QUEUE when the message is due within the horizon (inclusive), else STORE.
+
+    The scheduler looks ahead less far than the horizon, so anything stored is beyond every
+    second the scheduler may already have passed (see ``Settings`` validation).
+    """
+    return Route.QUEUE if due_ms - now_ms <= horizon_seconds * 1000 else Route.STORE
+
+
+def queue_delay_seconds(due_ms: int, now_ms: int, lead_ms: int = 0) -> int:
+    """SQS DelaySeconds so that the queue releases at or before due, never after.
+
+    SQS delays are whole seconds: round down, and release ``lead_ms`` early so that the
+    emitter (which holds the remainder) is already polling when the message is due.
+    Clamped to 0..900.
+    """
+    wait_ms = due_ms - now_ms - lead_ms
+    if wait_ms <= 0:
+        return 0
+    return min(wait_ms // 1000, c.SQS_MAX_DELAY_SECONDS)
+
+
+def visibility_delay_seconds(due_ms: int, now_ms: int, lead_ms: int = 0) -> int:
+    """Seconds to hide a message that arrived too early, so it comes back at or before due."""
+    wait_ms = due_ms - now_ms - lead_ms
+    if wait_ms <= 0:
+        return 0
+    return min(wait_ms // 1000, c.SQS_MAX_VISIBILITY_SECONDS)
+
+
+def scheduling_window(watermark: int, now_ms: int, lookahead_seconds: int) -> range:
+    """The due-seconds the scheduler must still queue: after the watermark, up to the
+    look-ahead. Empty when a repeated tick finds the work already done."""
+    last = due_second(now_ms) + lookahead_seconds
+    return range(watermark + 1, last + 1)
+
+
+def tick_index(now_ms: int, tick_seconds: int) -> int:
+    """The index of the tick period ``now`` falls in (the minute, with the default tick)."""
+    return now_ms // (tick_seconds * 1000)
+
+
+def tick_dedup_id(index: int) -> str:
+    """The FIFO de-duplication id of a tick: the same for every timer firing in one period."""
+    return f"tick-{index}"
+
+
+def expires_at(due_ms: int, ttl_grace_seconds: int) -> int:
+    """The TTL attribute (epoch seconds) of a stored message: due + grace."""
+    return math.ceil(due_ms / 1000) + ttl_grace_seconds

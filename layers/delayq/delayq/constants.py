@@ -1,0 +1,85 @@
+"""Every environment variable name, header name, default and AWS limit, in one place."""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Environment variables.
+ENV_TABLE_NAME: Final = "DELAYQ_TABLE_NAME"
+ENV_DELAY_QUEUE_URL: Final = "DELAYQ_DELAY_QUEUE_URL"
+ENV_TICK_QUEUE_URL: Final = "DELAYQ_TICK_QUEUE_URL"
+ENV_REJECT_QUEUE_URL: Final = "DELAYQ_REJECT_QUEUE_URL"
+ENV_PAYLOAD_BUCKET: Final = "DELAYQ_PAYLOAD_BUCKET"
+ENV_ALLOWED_TARGETS: Final = "DELAYQ_ALLOWED_TARGETS"
+ENV_HORIZON_SECONDS: Final = "DELAYQ_HORIZON_SECONDS"
+ENV_LOOKAHEAD_SECONDS: Final = "DELAYQ_LOOKAHEAD_SECONDS"
+ENV_TICK_SECONDS: Final = "DELAYQ_TICK_SECONDS"
+ENV_SHARDS: Final = "DELAYQ_SHARDS"
+ENV_MAX_DELAY_SECONDS: Final = "DELAYQ_MAX_DELAY_SECONDS"
+ENV_MAX_PAYLOAD_BYTES: Final = "DELAYQ_MAX_PAYLOAD_BYTES"
+ENV_OFFLOAD_THRESHOLD_BYTES: Final = "DELAYQ_OFFLOAD_THRESHOLD_BYTES"
+ENV_TTL_GRACE_SECONDS: Final = "DELAYQ_TTL_GRACE_SECONDS"
+ENV_EMIT_LEAD_MS: Final = "DELAYQ_EMIT_LEAD_MS"
+ENV_MAX_HOLD_MS: Final = "DELAYQ_MAX_HOLD_MS"
+ENV_KAFKA_BOOTSTRAP: Final = "DELAYQ_KAFKA_BOOTSTRAP"
+ENV_KAFKA_SECURITY: Final = "DELAYQ_KAFKA_SECURITY"
+ENV_KAFKA_SECRET_ARN: Final = "DELAYQ_KAFKA_SECRET_ARN"  # noqa: S105 -- a variable name
+ENV_KAFKA_CA_LOCATION: Final = "DELAYQ_KAFKA_CA_LOCATION"
+ENV_KAFKA_TIMEOUT_SECONDS: Final = "DELAYQ_KAFKA_TIMEOUT_SECONDS"
+ENV_AWS_REGION: Final = "AWS_REGION"
+
+# Control headers of the message contract (lower-case; matched case-insensitively).
+HEADER_PREFIX: Final = "delay-"
+HEADER_TARGET: Final = "delay-target"
+HEADER_DELIVER_AT: Final = "delay-deliver-at"
+HEADER_DELAY_SECONDS: Final = "delay-seconds"
+HEADER_DELAY_MS: Final = "delay-ms"
+HEADER_ID: Final = "delay-id"
+HEADER_CANCEL: Final = "delay-cancel"
+# Delivery headers added by the emitter.
+HEADER_DUE_MS: Final = "delay-due-ms"
+HEADER_EMITTED_MS: Final = "delay-emitted-ms"
+HEADER_ATTEMPT: Final = "delay-attempt"
+
+# Defaults.
+DEFAULT_HORIZON_SECONDS: Final = 900
+DEFAULT_LOOKAHEAD_SECONDS: Final = 840
+DEFAULT_TICK_SECONDS: Final = 60
+DEFAULT_SHARDS: Final = 16
+DEFAULT_MAX_DELAY_SECONDS: Final = 7 * 24 * 3600
+DEFAULT_MAX_PAYLOAD_BYTES: Final = 1024 * 1024
+DEFAULT_OFFLOAD_THRESHOLD_BYTES: Final = 200 * 1024
+DEFAULT_TTL_GRACE_SECONDS: Final = 24 * 3600
+DEFAULT_EMIT_LEAD_MS: Final = 1000
+DEFAULT_MAX_HOLD_MS: Final = 3000
+DEFAULT_KAFKA_TIMEOUT_SECONDS: Final = 10.0
+MAX_ID_LENGTH: Final = 512
+# Key and headers stay inline even when the value is offloaded, so they get their own cap.
+MAX_INLINE_KEY_AND_HEADERS_BYTES: Final = 64 * 1024
+
+# AWS limits (documented service quotas).
+SQS_MAX_DELAY_SECONDS: Final = 900
+SQS_MAX_VISIBILITY_SECONDS: Final = 43200
+SQS_BATCH_ENTRIES: Final = 10
+SQS_MAX_MESSAGE_BYTES: Final = 256 * 1024
+DYNAMODB_BATCH_WRITE_ITEMS: Final = 25
+DYNAMODB_BATCH_GET_KEYS: Final = 100
+
+# DynamoDB item layout.
+ATTR_PK: Final = "pk"
+ATTR_SK: Final = "sk"
+ATTR_TTL: Final = "expires_at"
+KIND_MESSAGE: Final = "msg"
+KIND_CANCEL: Final = "cancel"
+KIND_WATERMARK: Final = "watermark"
+KIND_STATS: Final = "stats"
+WATERMARK_PK: Final = "meta#watermark"
+WATERMARK_SK: Final = "-"
+CANCEL_PK_PREFIX: Final = "cancel#"
+STATS_PK_PREFIX: Final = "stats#"
+
+# Tick queue.
+TICK_GROUP_ID: Final = "ticks"
+
+# The principal DynamoDB uses for TTL deletions in stream records.
+TTL_PRINCIPAL: Final = "dynamodb.amazonaws.com"

@@ -1,0 +1,413 @@
+"""The message contract: a Kafka event record in, a typed delay request (or a rejection) out.
+
+A delay request is an ordinary record on the delay topic: key and value are opaque bytes
+delivered unchanged, user headers are kept in order, and ``delay-*`` control headers say where
+and when. See ``docs/internals.md`` and the README for the full contract.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import enum
+import json
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from delayq import constants as c
+from delayq.exceptions import EnvelopeError, MalformedEventError
+from delayq.settings import Settings
+
+Headers = tuple[tuple[str, bytes | None], ...]
+
+
+class Reason(enum.StrEnum):
+    """Why a record was rejected (the ``reason`` field of the reject queue body)."""
+
+    MALFORMED_RECORD = "malformed-record"
+    BAD_BASE64 = "bad-base64"
+    BAD_HEADERS = "bad-headers"
+    MISSING_TARGET = "missing-target"
+    TARGET_NOT_ALLOWED = "target-not-allowed"
+    MISSING_DUE = "missing-due"
+    BAD_DUE = "bad-due"
+    CONFLICTING_DUE = "conflicting-due"
+    DELAY_TOO_LONG = "delay-too-long"
+    PAYLOAD_TOO_LARGE = "payload-too-large"
+    BAD_ID = "bad-id"
+    BAD_ENVELOPE = "bad-envelope"
+
+
+class RejectedRecord(Exception):  # noqa: N818 -- a verdict on input, not a program error
+    """Raised by :func:`parse_record` with a precise reason; never escapes a batch."""
+
+    def __init__(self, reason: Reason, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a record came from on the delay topic."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+
+    @property
+    def coordinates(self) -> str:
+        """``topic-partition-offset``: the default delay id and the ``src`` attribute."""
+        return f"{self.topic}-{self.partition}-{self.offset}"
+
+
+@dataclass(frozen=True)
+class DelayRequest:
+    """A message to deliver to ``target`` at ``due_ms`` (epoch milliseconds)."""
+
+    delay_id: str
+    target: str
+    due_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+    src: str
+    payload_ref: str | None = None
+
+    @property
+    def size(self) -> int:
+        """Bytes of key, value and headers (what the payload limit counts)."""
+        return len(self.key or b"") + len(self.value or b"") + headers_size(self.headers)
+
+
+@dataclass(frozen=True)
+class CancelRequest:
+    """A control record asking to cancel the pending message ``delay_id``."""
+
+    delay_id: str
+    src: str
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A record that will not be delivered, with the original record kept whole."""
+
+    reason: Reason
+    detail: str
+    record: Any
+    topic: str | None
+    partition: int | None
+    offset: int | None
+
+
+def headers_size(headers: Headers) -> int:
+    """Bytes of header names and values."""
+    return sum(len(name.encode()) + len(value or b"") for name, value in headers)
+
+
+def iter_event_records(event: Any) -> Iterator[Any]:
+    """Yield every record of an MSK or self-managed Kafka event, in partition order.
+
+    A whole event that is not a Kafka event fails loudly: the invocation errors and the
+    event source redelivers, so nothing is lost.
+    """
+    if not isinstance(event, Mapping) or not isinstance(event.get("records"), Mapping):
+        raise MalformedEventError("not a Kafka event: expected a 'records' object")
+    for partition_key, records in event["records"].items():
+        if not isinstance(records, list):
+            raise MalformedEventError(f"records[{partition_key!r}] is not a list")
+        yield from records
+
+
+def parse_record(record: Any, settings: Settings, now_ms: int) -> DelayRequest | CancelRequest:
+    """Validate one event record; raise :class:`RejectedRecord` with a precise reason."""
+    if not isinstance(record, Mapping):
+        raise RejectedRecord(Reason.MALFORMED_RECORD, "record is not an object")
+    source = _source(record, now_ms)
+    headers = _headers(record.get("headers", []))
+    control = _control_headers(headers)
+
+    if c.HEADER_CANCEL in control:
+        return CancelRequest(
+            _delay_id(control[c.HEADER_CANCEL], "delay-cancel"), source.coordinates
+        )
+
+    key = _b64(record.get("key"), "key")
+    value = _b64(record.get("value"), "value")
+    user_headers = tuple((n, v) for n, v in headers if not n.lower().startswith(c.HEADER_PREFIX))
+
+    target = control.get(c.HEADER_TARGET, "").strip()
+    if not target:
+        raise RejectedRecord(Reason.MISSING_TARGET, "header delay-target is missing or empty")
+    if not settings.target_allowed(target):
+        raise RejectedRecord(
+            Reason.TARGET_NOT_ALLOWED, f"target {target!r} is not on the allow-list"
+        )
+
+    due_ms = _due_ms(control, source.timestamp_ms)
+    if due_ms - now_ms > settings.max_delay_seconds * 1000:
+        raise RejectedRecord(
+            Reason.DELAY_TOO_LONG,
+            f"due {due_ms} is {(due_ms - now_ms) / 1000:.0f}s away; "
+            f"maximum is {settings.max_delay_seconds}s",
+        )
+
+    delay_id = (
+        _delay_id(control[c.HEADER_ID], "delay-id")
+        if c.HEADER_ID in control
+        else source.coordinates
+    )
+    request = DelayRequest(delay_id, target, due_ms, key, value, user_headers, source.coordinates)
+    if request.size > settings.max_payload_bytes:
+        raise RejectedRecord(
+            Reason.PAYLOAD_TOO_LARGE,
+            f"key + value + headers are {request.size} bytes; "
+            f"maximum is {settings.max_payload_bytes}",
+        )
+    inline = len(key or b"") + headers_size(user_headers)
+    if inline > c.MAX_INLINE_KEY_AND_HEADERS_BYTES:
+        raise RejectedRecord(
+            Reason.PAYLOAD_TOO_LARGE,
+            f"key + headers are {inline} bytes; maximum is {c.MAX_INLINE_KEY_AND_HEADERS_BYTES}",
+        )
+    return request
+
+
+def rejection_of(record: Any, error: RejectedRecord) -> Rejection:
+    """Keep the original record and whatever coordinates it has, however broken it is."""
+    coords: dict[str, Any] = {}
+    if isinstance(record, Mapping):
+        for name, kind in (("topic", str), ("partition", int), ("offset", int)):
+            value = record.get(name)
+            coords[name] = (
+                value if isinstance(value, kind) and not isinstance(value, bool) else None
+            )
+    return Rejection(
+        error.reason,
+        error.detail,
+        record,
+        coords.get("topic"),
+        coords.get("partition"),
+        coords.get("offset"),
+    )
+
+
+def _source(record: Mapping[str, Any], now_ms: int) -> Source:
+    topic = record.get("topic")
+    if not isinstance(topic, str) or not topic:
+        raise RejectedRecord(Reason.MALFORMED_RECORD, "field 'topic' is missing or not a string")
+    partition, offset = _natural(record, "partition"), _natural(record, "offset")
+    timestamp = record.get("timestamp")
+    if timestamp is None or timestamp == -1:
+        # No broker timestamp (NO_TIMESTAMP_TYPE): count relative delays from arrival.
+        timestamp = now_ms
+    if not isinstance(timestamp, int) or isinstance(timestamp, bool) or timestamp < 0:
+        raise RejectedRecord(Reason.MALFORMED_RECORD, "field 'timestamp' is not epoch milliseconds")
+    return Source(topic, partition, offset, timestamp)
+
+
+def _natural(record: Mapping[str, Any], name: str) -> int:
+    value = record.get(name)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise RejectedRecord(Reason.MALFORMED_RECORD, f"field {name!r} is not an integer >= 0")
+    return value
+
+
+def _b64(raw: Any, name: str) -> bytes | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        raise RejectedRecord(Reason.BAD_BASE64, f"{name} is not a base64 string")
+    try:
+        return base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise RejectedRecord(Reason.BAD_BASE64, f"{name} is not valid base64: {e}") from e
+
+
+def _headers(raw: Any) -> Headers:
+    """Headers as AWS shows them: a list of one-entry objects, values as byte arrays."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise RejectedRecord(Reason.BAD_HEADERS, "headers is not a list")
+    out: list[tuple[str, bytes | None]] = []
+    for entry in raw:
+        if not isinstance(entry, Mapping):
+            raise RejectedRecord(Reason.BAD_HEADERS, "a header entry is not an object")
+        for name, value in entry.items():
+            if not isinstance(name, str) or not name:
+                raise RejectedRecord(Reason.BAD_HEADERS, "a header name is empty")
+            out.append((name, _header_value(name, value)))
+    return tuple(out)
+
+
+def _header_value(name: str, value: Any) -> bytes | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise RejectedRecord(Reason.BAD_HEADERS, f"header {name!r} is not a byte array")
+    try:
+        return bytes(value)
+    except (TypeError, ValueError) as e:
+        raise RejectedRecord(Reason.BAD_HEADERS, f"header {name!r} has a non-byte value") from e
+
+
+def _control_headers(headers: Headers) -> dict[str, str]:
+    control: dict[str, str] = {}
+    for name, value in headers:
+        lowered = name.lower()
+        if not lowered.startswith(c.HEADER_PREFIX):
+            continue
+        if lowered in control:
+            raise RejectedRecord(Reason.BAD_HEADERS, f"control header {lowered!r} appears twice")
+        try:
+            control[lowered] = (value or b"").decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise RejectedRecord(Reason.BAD_HEADERS, f"header {lowered!r} is not UTF-8") from e
+    return control
+
+
+def _delay_id(raw: str, header: str) -> str:
+    value = raw.strip()
+    if not value or len(value) > c.MAX_ID_LENGTH or not value.isprintable():
+        raise RejectedRecord(
+            Reason.BAD_ID, f"{header} must be 1..{c.MAX_ID_LENGTH} printable characters"
+        )
+    return value
+
+
+def _due_ms(control: Mapping[str, str], timestamp_ms: int) -> int:
+    given = [
+        h for h in (c.HEADER_DELIVER_AT, c.HEADER_DELAY_SECONDS, c.HEADER_DELAY_MS) if h in control
+    ]
+    if not given:
+        raise RejectedRecord(
+            Reason.MISSING_DUE, "one of delay-deliver-at, delay-seconds, delay-ms is required"
+        )
+    if len(given) > 1:
+        raise RejectedRecord(
+            Reason.CONFLICTING_DUE, f"more than one due header: {', '.join(given)}"
+        )
+    header = given[0]
+    text = control[header].strip()
+    try:
+        number = int(text) if header != c.HEADER_DELAY_SECONDS else float(text)
+    except ValueError as e:
+        raise RejectedRecord(Reason.BAD_DUE, f"{header}={text!r} is not a number") from e
+    if not math.isfinite(number):
+        raise RejectedRecord(Reason.BAD_DUE, f"{header}={text!r} is not a finite number")
+    if header == c.HEADER_DELIVER_AT:
+        if number <= 0:
+            raise RejectedRecord(Reason.BAD_DUE, f"{header}={text!r} is not epoch milliseconds")
+        return int(number)
+    if number < 0:
+        raise RejectedRecord(Reason.BAD_DUE, f"{header}={text!r} is negative")
+    delay_ms = round(number * 1000) if header == c.HEADER_DELAY_SECONDS else int(number)
+    return timestamp_ms + delay_ms
+
+
+# --- the delay-queue envelope -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """What travels through the delay queue (and sits in the store): one delay request."""
+
+    request: DelayRequest
+
+    def encode(self) -> str:
+        """The SQS body (JSON, version 1)."""
+        r = self.request
+        return json.dumps(
+            {
+                "v": 1,
+                "id": r.delay_id,
+                "target": r.target,
+                "due_ms": r.due_ms,
+                "key": _enc(r.key),
+                "value": _enc(r.value),
+                "headers": [[n, _enc(v)] for n, v in r.headers],
+                "payload_ref": r.payload_ref,
+                "src": r.src,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def decode(cls, body: str) -> Envelope:
+        """Parse an SQS body; raise :class:`EnvelopeError` if it is not ours."""
+        try:
+            d = json.loads(body)
+            if d.get("v") != 1:
+                raise EnvelopeError(f"unknown envelope version {d.get('v')!r}")
+            return cls(
+                DelayRequest(
+                    delay_id=str(d["id"]),
+                    target=str(d["target"]),
+                    due_ms=int(d["due_ms"]),
+                    key=_dec(d["key"]),
+                    value=_dec(d["value"]),
+                    headers=tuple((str(n), _dec(v)) for n, v in d["headers"]),
+                    src=str(d["src"]),
+                    payload_ref=d.get("payload_ref"),
+                )
+            )
+        except EnvelopeError:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as e:
+            raise EnvelopeError(f"not a delay-queue envelope: {e}") from e
+
+
+def _b64_len(n: int) -> int:
+    return 4 * ((n + 2) // 3)
+
+
+def estimated_body_bytes(request: DelayRequest) -> int:
+    """An upper bound of the encoded envelope size, without encoding it."""
+    header_bytes = sum(len(n) + 8 + _b64_len(len(v or b"")) for n, v in request.headers)
+    return (
+        256
+        + len(request.delay_id) * 2
+        + len(request.target)
+        + len(request.src)
+        + _b64_len(len(request.key or b""))
+        + _b64_len(len(request.value or b""))
+        + header_bytes
+        + len(request.payload_ref or "")
+    )
+
+
+def delivery_headers(
+    request: DelayRequest, emitted_ms: int, attempt: int
+) -> list[tuple[str, bytes | None]]:
+    """User headers in order, then the delivery headers consumers de-duplicate on."""
+    return [
+        *request.headers,
+        (c.HEADER_ID, request.delay_id.encode()),
+        (c.HEADER_DUE_MS, str(request.due_ms).encode()),
+        (c.HEADER_EMITTED_MS, str(emitted_ms).encode()),
+        (c.HEADER_ATTEMPT, str(attempt).encode()),
+    ]
+
+
+def _enc(raw: bytes | None) -> str | None:
+    return None if raw is None else base64.b64encode(raw).decode("ascii")
+
+
+def _dec(text: Any) -> bytes | None:
+    if text is None:
+        return None
+    return base64.b64decode(text, validate=True)
+
+
+def headers_json(headers: Headers) -> str:
+    """Headers as stored in DynamoDB (a JSON list of ``[name, base64|null]``)."""
+    return json.dumps([[n, _enc(v)] for n, v in headers], separators=(",", ":"))
+
+
+def headers_from_json(text: str) -> Headers:
+    """Inverse of :func:`headers_json`."""
+    return tuple((str(n), _dec(v)) for n, v in json.loads(text))

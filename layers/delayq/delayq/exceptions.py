@@ -1,0 +1,51 @@
+"""The package's exception hierarchy. AWS errors are translated at the adapter edge."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class DelayQueueError(Exception):
+    """Base class of every error this package raises."""
+
+
+class ConfigurationError(DelayQueueError):
+    """A setting is missing or invalid."""
+
+
+class MalformedEventError(DelayQueueError):
+    """An invocation event is not of the expected shape at all (not one bad record)."""
+
+
+class RetriesExhaustedError(DelayQueueError):
+    """A batch call kept failing for some items until attempts or the deadline ran out."""
+
+    def __init__(self, operation: str, unsent: Sequence[object], last_error: str) -> None:
+        super().__init__(f"{operation}: {len(unsent)} item(s) not accepted: {last_error}")
+        self.operation = operation
+        self.unsent = list(unsent)
+        self.last_error = last_error
+
+
+class StoreError(DelayQueueError):
+    """A DynamoDB call failed in a way that retrying will not fix."""
+
+
+class WatermarkConflictError(StoreError):
+    """Another scheduler moved the watermark first (conditional write failed)."""
+
+
+class QueueError(DelayQueueError):
+    """An SQS call failed in a way that retrying will not fix."""
+
+
+class PayloadStoreError(DelayQueueError):
+    """An S3 claim-check call failed."""
+
+
+class EnvelopeError(DelayQueueError):
+    """A delay-queue body cannot be decoded."""
+
+
+class DeliveryError(DelayQueueError):
+    """Kafka did not acknowledge a record."""

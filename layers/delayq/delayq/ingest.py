@@ -1,0 +1,135 @@
+"""Ingest: a Kafka batch from the delay topic -> SQS (due soon), DynamoDB (due later),
+cancel markers, and the reject queue. Valid records are never dropped: if one cannot be
+stored after retries, the invocation fails and the event source redelivers the batch
+(re-storing is idempotent: same id, same due, same item)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from delayq import buckets
+from delayq import constants as c
+from delayq.clock import Clock
+from delayq.contract import (
+    CancelRequest,
+    DelayRequest,
+    RejectedRecord,
+    Rejection,
+    estimated_body_bytes,
+    iter_event_records,
+    parse_record,
+    rejection_of,
+)
+from delayq.payloads import PayloadStore
+from delayq.queues import DelayQueue, RejectQueue
+from delayq.retry import Deadline
+from delayq.settings import Settings
+from delayq.store import MessageStore
+
+
+@dataclass
+class IngestResult:
+    """What one batch did (counted into metrics by the handler)."""
+
+    queued: int = 0
+    stored: int = 0
+    cancelled: int = 0
+    offloaded: int = 0
+    rescued: int = 0  # stored below a watermark that moved meanwhile, so also queued
+    rejected: list[Rejection] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class IngestServices:
+    """The adapters ingest writes to."""
+
+    store: MessageStore
+    delay_queue: DelayQueue
+    rejects: RejectQueue
+    payloads: PayloadStore
+
+
+def needs_offload(request: DelayRequest, settings: Settings) -> bool:
+    """Large values go to S3: above the threshold, or when the envelope would not fit SQS."""
+    if request.value is None:
+        return False
+    return (
+        len(request.value) > settings.offload_threshold_bytes
+        or estimated_body_bytes(request) > c.SQS_MAX_MESSAGE_BYTES
+    )
+
+
+def parse_batch(
+    event: Any, settings: Settings, now_ms: int
+) -> tuple[list[DelayRequest], list[CancelRequest], list[Rejection]]:
+    """Split an event into delay requests, cancels and rejections (bad records never raise)."""
+    delays: list[DelayRequest] = []
+    cancels: list[CancelRequest] = []
+    rejections: list[Rejection] = []
+    for record in iter_event_records(event):
+        try:
+            parsed = parse_record(record, settings, now_ms)
+        except RejectedRecord as e:
+            rejections.append(rejection_of(record, e))
+            continue
+        (cancels if isinstance(parsed, CancelRequest) else delays).append(parsed)  # type: ignore[arg-type]
+    return delays, cancels, rejections
+
+
+def ingest_batch(
+    event: Any,
+    *,
+    settings: Settings,
+    services: IngestServices,
+    clock: Clock,
+    deadline: Deadline,
+) -> IngestResult:
+    """Process one Kafka event-source batch. Raises if a valid record could not be kept."""
+    delays, cancels, rejections = parse_batch(event, settings, clock())
+    result = IngestResult(rejected=rejections)
+
+    # Cancels first: a cancel and its message in one batch must end cancelled.
+    if cancels:
+        cancel([x.delay_id for x in cancels], store=services.store, clock=clock, deadline=deadline)
+        result.cancelled = len(cancels)
+
+    prepared = [
+        services.payloads.offload(r, deadline) if needs_offload(r, settings) else r for r in delays
+    ]
+    result.offloaded = sum(1 for r in prepared if r.payload_ref)
+
+    now_ms = clock()
+    to_queue: list[DelayRequest] = []
+    to_store: list[DelayRequest] = []
+    for request in prepared:
+        routed = buckets.route(request.due_ms, now_ms, settings.horizon_seconds)
+        (to_queue if routed is buckets.Route.QUEUE else to_store).append(request)
+    if to_store:
+        services.store.put_messages(to_store, now_ms, deadline)
+        result.stored = len(to_store)
+        # Guard against a scheduler that passed these seconds while we were writing
+        # (clock skew, slow retries): anything at or below the watermark is queued as well.
+        watermark = services.store.get_watermark(deadline)
+        if watermark is not None:
+            behind = [r for r in to_store if buckets.due_second(r.due_ms) <= watermark]
+            to_queue.extend(behind)
+            result.rescued = len(behind)
+    if to_queue:
+        services.delay_queue.send(to_queue, clock(), deadline)
+        result.queued = len(to_queue) - result.rescued
+    if rejections:
+        services.rejects.send(rejections, clock(), deadline)
+    return result
+
+
+def cancel(
+    delay_ids: Sequence[str], *, store: MessageStore, clock: Clock, deadline: Deadline
+) -> None:
+    """Cancel pending messages by id (the layer function behind ``delay-cancel`` records).
+
+    The scheduler skips cancelled ids and the emitter drops them: a cancel written before the
+    emitter reads the message's batch always wins.
+    """
+    store.put_cancels(list(delay_ids), clock(), deadline)

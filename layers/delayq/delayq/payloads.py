@@ -1,0 +1,93 @@
+"""S3 claim-check: large values wait in S3; the store and the queue carry a pointer.
+
+Objects live under ``payloads/`` (deleted after delivery, and by a lifecycle rule as a net)
+and ``rejected/`` (original records too large for a dead-letter body).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from delayq.contract import DelayRequest
+from delayq.exceptions import PayloadStoreError
+from delayq.retry import Backoff, Deadline, retry_call
+
+if TYPE_CHECKING:
+    from delayq.contract import Rejection
+
+PAYLOAD_PREFIX = "payloads/"
+REJECTED_PREFIX = "rejected/"
+
+
+def parse_ref(ref: str) -> tuple[str, str]:
+    """``s3://bucket/key`` -> (bucket, key)."""
+    if not ref.startswith("s3://") or "/" not in ref[5:]:
+        raise PayloadStoreError(f"not an s3:// reference: {ref!r}")
+    bucket, _, key = ref[5:].partition("/")
+    return bucket, key
+
+
+def payload_key(request: DelayRequest) -> str:
+    """One object per (id, due): a re-sent id with another due time does not overwrite."""
+    digest = hashlib.sha256(request.delay_id.encode()).hexdigest()[:32]
+    return f"{PAYLOAD_PREFIX}{digest}/{request.due_ms}"
+
+
+class PayloadStore:
+    """The claim-check bucket. The client is injected."""
+
+    def __init__(self, client: Any, bucket: str, backoff: Backoff | None = None) -> None:
+        self._client = client
+        self.bucket = bucket
+        self._backoff = backoff or Backoff()
+
+    def offload(self, request: DelayRequest, deadline: Deadline) -> DelayRequest:
+        """Put the value in S3; return the request carrying a pointer instead of the value."""
+        key = payload_key(request)
+        self._call(
+            "put payload",
+            lambda: self._client.put_object(Bucket=self.bucket, Key=key, Body=request.value or b""),
+            deadline,
+        )
+        return dataclasses.replace(request, value=None, payload_ref=f"s3://{self.bucket}/{key}")
+
+    def restore(self, request: DelayRequest, deadline: Deadline) -> DelayRequest:
+        """Fetch the value a pointer refers to; requests without a pointer pass through."""
+        if not request.payload_ref:
+            return request
+        bucket, key = parse_ref(request.payload_ref)
+        response = self._call(
+            "get payload", lambda: self._client.get_object(Bucket=bucket, Key=key), deadline
+        )
+        return dataclasses.replace(request, value=response["Body"].read())
+
+    def delete(self, ref: str, deadline: Deadline) -> None:
+        """Delete an offloaded value (idempotent: a missing object is fine)."""
+        bucket, key = parse_ref(ref)
+        self._call(
+            "delete payload", lambda: self._client.delete_object(Bucket=bucket, Key=key), deadline
+        )
+
+    def put_rejected(self, rejection: Rejection, original: bytes, deadline: Deadline) -> str:
+        """Keep an oversize rejected record whole; returns its ``s3://`` reference."""
+        where = f"{rejection.topic}/{rejection.partition}/{rejection.offset}"
+        digest = hashlib.sha256(original).hexdigest()[:16]
+        key = f"{REJECTED_PREFIX}{where}-{digest}.json"
+        self._call(
+            "put rejected record",
+            lambda: self._client.put_object(
+                Bucket=self.bucket, Key=key, Body=original, ContentType="application/json"
+            ),
+            deadline,
+        )
+        return f"s3://{self.bucket}/{key}"
+
+    def _call(self, operation: str, call: Any, deadline: Deadline) -> Any:
+        try:
+            return retry_call(operation, call, self._backoff, deadline)
+        except ClientError as e:
+            raise PayloadStoreError(f"{operation}: {e}") from e

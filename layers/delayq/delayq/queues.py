@@ -1,0 +1,162 @@
+"""SQS adapters: the delay queue, the tick queue and the reject (dead-letter) queue.
+
+``SendMessageBatch`` takes 10 entries and fails per entry with HTTP 200: only the entries in
+``Failed[]`` are sent again. An entry failing through the sender's fault is not retried.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from delayq import buckets
+from delayq import constants as c
+from delayq.contract import DelayRequest, Envelope, Rejection
+from delayq.exceptions import QueueError
+from delayq.payloads import PayloadStore
+from delayq.retry import Backoff, Deadline, is_retryable, retry_call, retry_partial
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """One SQS entry before sending."""
+
+    body: str
+    delay_seconds: int = 0
+
+
+class SqsQueue:
+    """One queue: batched sends with per-entry retries. The client is injected."""
+
+    def __init__(self, client: Any, url: str, backoff: Backoff | None = None) -> None:
+        self._client = client
+        self.url = url
+        self._backoff = backoff or Backoff()
+
+    def send(self, operation: str, entries: Sequence[Outgoing], deadline: Deadline) -> None:
+        """Send every entry, 10 a call, retrying only the entries SQS did not take."""
+        for start in range(0, len(entries), c.SQS_BATCH_ENTRIES):
+            chunk = list(enumerate(entries[start : start + c.SQS_BATCH_ENTRIES]))
+            retry_partial(operation, self._send_chunk, chunk, self._backoff, deadline)
+
+    def _send_chunk(self, chunk: list[tuple[int, Outgoing]]) -> list[tuple[int, Outgoing]]:
+        try:
+            response = self._client.send_message_batch(
+                QueueUrl=self.url,
+                Entries=[
+                    {"Id": str(i), "MessageBody": o.body, "DelaySeconds": o.delay_seconds}
+                    for i, o in chunk
+                ],
+            )
+        except ClientError as e:
+            if is_retryable(e):
+                raise
+            raise QueueError(f"SendMessageBatch to {self.url} failed: {e}") from e
+        failed = {f["Id"]: f for f in response.get("Failed", [])}
+        fatal = [f for f in failed.values() if f.get("SenderFault")]
+        if fatal:
+            raise QueueError(f"SQS refused {len(fatal)} entr(y/ies): {fatal[0].get('Message')}")
+        return [(i, o) for i, o in chunk if str(i) in failed]
+
+    def change_visibility(self, receipt_handle: str, seconds: int, deadline: Deadline) -> None:
+        """Hide a received message for ``seconds`` more (re-delay without a new send)."""
+        try:
+            retry_call(
+                "change visibility",
+                lambda: self._client.change_message_visibility(
+                    QueueUrl=self.url, ReceiptHandle=receipt_handle, VisibilityTimeout=seconds
+                ),
+                self._backoff,
+                deadline,
+            )
+        except ClientError as e:
+            raise QueueError(f"ChangeMessageVisibility failed: {e}") from e
+
+
+class DelayQueue:
+    """The SQS standard queue where a message waits its last (at most 15) minutes."""
+
+    def __init__(self, queue: SqsQueue, lead_ms: int) -> None:
+        self.queue = queue
+        self._lead_ms = lead_ms
+
+    def send(self, requests: Sequence[DelayRequest], now_ms: int, deadline: Deadline) -> None:
+        """Queue each request with DelaySeconds rounded down, so it is released at or before
+        due (minus the emitter's lead); the emitter holds it the rest of the way."""
+        entries = [
+            Outgoing(
+                Envelope(r).encode(), buckets.queue_delay_seconds(r.due_ms, now_ms, self._lead_ms)
+            )
+            for r in requests
+        ]
+        self.queue.send("send to delay queue", entries, deadline)
+
+
+class TickQueue:
+    """The FIFO queue of scheduler ticks: one message per tick period, whoever sends it."""
+
+    def __init__(self, client: Any, url: str, backoff: Backoff | None = None) -> None:
+        self._client = client
+        self.url = url
+        self._backoff = backoff or Backoff()
+
+    def put_tick(self, index: int, tick_seconds: int, now_ms: int, deadline: Deadline) -> str:
+        """Send the tick; FIFO de-duplication drops repeats within 5 minutes. Returns its id."""
+        dedup = buckets.tick_dedup_id(index)
+        body = json.dumps({"tick": index, "tick_seconds": tick_seconds, "at_ms": now_ms})
+        try:
+            retry_call(
+                "send tick",
+                lambda: self._client.send_message(
+                    QueueUrl=self.url,
+                    MessageBody=body,
+                    MessageGroupId=c.TICK_GROUP_ID,
+                    MessageDeduplicationId=dedup,
+                ),
+                self._backoff,
+                deadline,
+            )
+        except ClientError as e:
+            raise QueueError(f"sending tick {dedup} failed: {e}") from e
+        return dedup
+
+
+class RejectQueue:
+    """Dead-letter destination for rejected input: reason, coordinates and original record.
+
+    A record too large for an SQS body is kept whole in S3 and the body points at it.
+    """
+
+    def __init__(self, queue: SqsQueue, payloads: PayloadStore) -> None:
+        self.queue = queue
+        self._payloads = payloads
+
+    def send(self, rejections: Sequence[Rejection], now_ms: int, deadline: Deadline) -> None:
+        """Send every rejection; nothing about the original record is dropped."""
+        entries = [Outgoing(self._body(r, now_ms, deadline)) for r in rejections]
+        self.queue.send("send to reject queue", entries, deadline)
+
+    def _body(self, rejection: Rejection, now_ms: int, deadline: Deadline) -> str:
+        body: dict[str, Any] = {
+            "reason": str(rejection.reason),
+            "detail": rejection.detail,
+            "source": {
+                "topic": rejection.topic,
+                "partition": rejection.partition,
+                "offset": rejection.offset,
+            },
+            "record": rejection.record,
+            "record_ref": None,
+            "rejected_ms": now_ms,
+        }
+        text = json.dumps(body, separators=(",", ":"), default=repr)
+        if len(text.encode()) <= c.SQS_MAX_MESSAGE_BYTES:
+            return text
+        original = json.dumps(rejection.record, separators=(",", ":"), default=repr).encode()
+        body["record"] = None
+        body["record_ref"] = self._payloads.put_rejected(rejection, original, deadline)
+        return json.dumps(body, separators=(",", ":"))

@@ -1,0 +1,94 @@
+"""Builds the clients and adapters a handler needs, once per container (cold start).
+
+Handlers call these factories lazily, on the first invocation, so importing a handler never
+creates a client; tests and the local runner configure the environment first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from delayq.emitter import EmitterServices
+from delayq.ingest import IngestServices
+from delayq.kafka import KafkaDelivery, make_producer
+from delayq.payloads import PayloadStore
+from delayq.queues import DelayQueue, RejectQueue, SqsQueue, TickQueue
+from delayq.settings import Settings
+from delayq.store import MessageStore
+
+# Retries are ours (per item, deadline-bounded); botocore's standard mode covers connections.
+_CONFIG = Config(retries={"max_attempts": 3, "mode": "standard"}, max_pool_connections=32)
+
+
+def client(service: str, settings: Settings) -> Any:
+    """A boto3 client; ``AWS_ENDPOINT_URL`` (moto, LocalStack) is honoured by boto3 itself."""
+    return boto3.client(service, region_name=settings.region, config=_CONFIG)
+
+
+def message_store(settings: Settings) -> MessageStore:
+    """The DynamoDB adapter."""
+    settings.require("table_name")
+    return MessageStore(
+        client("dynamodb", settings),
+        settings.table_name,
+        shards=settings.shards,
+        ttl_grace_seconds=settings.ttl_grace_seconds,
+        max_delay_seconds=settings.max_delay_seconds,
+    )
+
+
+def payload_store(settings: Settings) -> PayloadStore:
+    """The S3 claim-check adapter."""
+    settings.require("payload_bucket")
+    return PayloadStore(client("s3", settings), settings.payload_bucket)
+
+
+def sqs_queue(settings: Settings, url: str) -> SqsQueue:
+    """One SQS queue adapter."""
+    return SqsQueue(client("sqs", settings), url)
+
+
+def delay_queue(settings: Settings) -> DelayQueue:
+    """The delay queue adapter."""
+    settings.require("delay_queue_url")
+    return DelayQueue(sqs_queue(settings, settings.delay_queue_url), settings.emit_lead_ms)
+
+
+def reject_queue(settings: Settings, payloads: PayloadStore) -> RejectQueue:
+    """The reject queue adapter."""
+    settings.require("reject_queue_url")
+    return RejectQueue(sqs_queue(settings, settings.reject_queue_url), payloads)
+
+
+def tick_queue(settings: Settings) -> TickQueue:
+    """The FIFO tick queue adapter."""
+    settings.require("tick_queue_url")
+    return TickQueue(client("sqs", settings), settings.tick_queue_url)
+
+
+def ingest_services(settings: Settings) -> IngestServices:
+    """Everything ingest writes to."""
+    payloads = payload_store(settings)
+    return IngestServices(
+        store=message_store(settings),
+        delay_queue=delay_queue(settings),
+        rejects=reject_queue(settings, payloads),
+        payloads=payloads,
+    )
+
+
+def emitter_services(settings: Settings) -> EmitterServices:
+    """Everything the emitter uses, including the Kafka producer."""
+    settings.require("kafka_bootstrap")
+    payloads = payload_store(settings)
+    secrets = client("secretsmanager", settings) if settings.kafka_secret_arn else None
+    return EmitterServices(
+        delivery=KafkaDelivery(make_producer(settings, secrets), settings.kafka_timeout_seconds),
+        store=message_store(settings),
+        delay_queue=sqs_queue(settings, settings.require("delay_queue_url").delay_queue_url),
+        rejects=reject_queue(settings, payloads),
+        payloads=payloads,
+    )

@@ -1,0 +1,139 @@
+"""Settings: parsed once, at cold start, into a frozen dataclass. Explicit arguments win."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from fnmatch import fnmatchcase
+from typing import Any
+
+from delayq import constants as c
+from delayq.exceptions import ConfigurationError
+
+KAFKA_SECURITY_MODES = frozenset(
+    {"PLAINTEXT", "SSL", "SASL_SCRAM_SHA_512", "SASL_SCRAM_SHA_256", "MSK_IAM"}
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a handler needs to know, validated as a whole."""
+
+    table_name: str = ""
+    delay_queue_url: str = ""
+    tick_queue_url: str = ""
+    reject_queue_url: str = ""
+    payload_bucket: str = ""
+    allowed_targets: tuple[str, ...] = ()
+    horizon_seconds: int = c.DEFAULT_HORIZON_SECONDS
+    lookahead_seconds: int = c.DEFAULT_LOOKAHEAD_SECONDS
+    tick_seconds: int = c.DEFAULT_TICK_SECONDS
+    shards: int = c.DEFAULT_SHARDS
+    max_delay_seconds: int = c.DEFAULT_MAX_DELAY_SECONDS
+    max_payload_bytes: int = c.DEFAULT_MAX_PAYLOAD_BYTES
+    offload_threshold_bytes: int = c.DEFAULT_OFFLOAD_THRESHOLD_BYTES
+    ttl_grace_seconds: int = c.DEFAULT_TTL_GRACE_SECONDS
+    emit_lead_ms: int = c.DEFAULT_EMIT_LEAD_MS
+    max_hold_ms: int = c.DEFAULT_MAX_HOLD_MS
+    kafka_bootstrap: str = ""
+    kafka_security: str = "PLAINTEXT"
+    kafka_secret_arn: str = ""
+    kafka_ca_location: str = ""
+    kafka_timeout_seconds: float = c.DEFAULT_KAFKA_TIMEOUT_SECONDS
+    region: str = "us-east-1"
+    _patterns: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not 1 <= self.horizon_seconds <= c.SQS_MAX_DELAY_SECONDS:
+            problems.append(f"horizon_seconds must be 1..{c.SQS_MAX_DELAY_SECONDS}")
+        if not 0 < self.lookahead_seconds < self.horizon_seconds:
+            problems.append("lookahead_seconds must be > 0 and < horizon_seconds")
+        if self.tick_seconds <= 0:
+            problems.append("tick_seconds must be > 0")
+        if self.shards < 1:
+            problems.append("shards must be >= 1")
+        if self.max_delay_seconds < 1:
+            problems.append("max_delay_seconds must be >= 1")
+        if self.offload_threshold_bytes < 1 or self.max_payload_bytes < 1:
+            problems.append("payload limits must be >= 1")
+        if self.emit_lead_ms < 0 or self.max_hold_ms < self.emit_lead_ms:
+            problems.append("emit_lead_ms must be >= 0 and <= max_hold_ms")
+        if self.kafka_security not in KAFKA_SECURITY_MODES:
+            problems.append(f"kafka_security must be one of {sorted(KAFKA_SECURITY_MODES)}")
+        if self.kafka_security.startswith("SASL_SCRAM") and not self.kafka_secret_arn:
+            problems.append("SASL/SCRAM needs kafka_secret_arn (a Secrets Manager secret)")
+        if problems:
+            raise ConfigurationError("; ".join(problems))
+        object.__setattr__(self, "_patterns", tuple(p for p in self.allowed_targets if p))
+
+    def target_allowed(self, topic: str) -> bool:
+        """True when the topic matches the allow-list (exact names or fnmatch patterns)."""
+        return any(fnmatchcase(topic, pattern) for pattern in self._patterns)
+
+    def require(self, *names: str) -> Settings:
+        """Fail at cold start, not mid-batch, when a resource this handler uses is unset."""
+        missing = [n for n in names if not getattr(self, n)]
+        if missing:
+            raise ConfigurationError(f"missing settings: {', '.join(missing)}")
+        return self
+
+    def with_overrides(self, **overrides: Any) -> Settings:
+        """A copy with some fields replaced (validated again)."""
+        return replace(self, **overrides)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Read the `DELAYQ_*` variables; keyword arguments win over the environment."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            if not f.init:
+                continue
+            var = _ENV_OF.get(f.name)
+            if var is None or var not in env or env[var] == "":
+                continue
+            values[f.name] = _parse(f.name, var, env[var], f.type)
+        values.update(overrides)
+        return cls(**values)
+
+
+_ENV_OF = {
+    "table_name": c.ENV_TABLE_NAME,
+    "delay_queue_url": c.ENV_DELAY_QUEUE_URL,
+    "tick_queue_url": c.ENV_TICK_QUEUE_URL,
+    "reject_queue_url": c.ENV_REJECT_QUEUE_URL,
+    "payload_bucket": c.ENV_PAYLOAD_BUCKET,
+    "allowed_targets": c.ENV_ALLOWED_TARGETS,
+    "horizon_seconds": c.ENV_HORIZON_SECONDS,
+    "lookahead_seconds": c.ENV_LOOKAHEAD_SECONDS,
+    "tick_seconds": c.ENV_TICK_SECONDS,
+    "shards": c.ENV_SHARDS,
+    "max_delay_seconds": c.ENV_MAX_DELAY_SECONDS,
+    "max_payload_bytes": c.ENV_MAX_PAYLOAD_BYTES,
+    "offload_threshold_bytes": c.ENV_OFFLOAD_THRESHOLD_BYTES,
+    "ttl_grace_seconds": c.ENV_TTL_GRACE_SECONDS,
+    "emit_lead_ms": c.ENV_EMIT_LEAD_MS,
+    "max_hold_ms": c.ENV_MAX_HOLD_MS,
+    "kafka_bootstrap": c.ENV_KAFKA_BOOTSTRAP,
+    "kafka_security": c.ENV_KAFKA_SECURITY,
+    "kafka_secret_arn": c.ENV_KAFKA_SECRET_ARN,
+    "kafka_ca_location": c.ENV_KAFKA_CA_LOCATION,
+    "kafka_timeout_seconds": c.ENV_KAFKA_TIMEOUT_SECONDS,
+    "region": c.ENV_AWS_REGION,
+}
+
+
+def _parse(name: str, var: str, raw: str, annotation: object) -> Any:
+    text = raw.strip()
+    try:
+        if annotation == "int":
+            return int(text)
+        if annotation == "float":
+            return float(text)
+    except ValueError as e:
+        raise ConfigurationError(f"{var}={raw!r} is not a number ({name})") from e
+    if annotation == "tuple[str, ...]":
+        return tuple(part.strip() for part in text.split(",") if part.strip())
+    return text

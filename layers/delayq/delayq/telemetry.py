@@ -1,0 +1,100 @@
+"""Turns service results into CloudWatch metrics (EMF, via Powertools) and log lines.
+
+Metric names are part of the operator's contract: the template's alarms use them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+
+from delayq.cleanup import Outcome
+from delayq.emitter import EmitResult
+from delayq.ingest import IngestResult
+from delayq.scheduler import ScheduleResult
+
+NAMESPACE: Final = "KafkaDelayQueue"
+
+
+def report_ingest(metrics: Metrics, logger: Logger, result: IngestResult) -> dict[str, Any]:
+    """Metrics and logs for one ingest batch; returns the handler's summary."""
+    summary = {
+        "queued": result.queued,
+        "stored": result.stored,
+        "cancelled": result.cancelled,
+        "offloaded": result.offloaded,
+        "rescued": result.rescued,
+        "rejected": len(result.rejected),
+    }
+    for name, value in summary.items():
+        metrics.add_metric(name=f"Ingest{name.capitalize()}", unit=MetricUnit.Count, value=value)
+    for rejection in result.rejected:
+        logger.warning(
+            "record rejected",
+            reason=str(rejection.reason),
+            detail=rejection.detail,
+            topic=rejection.topic,
+            partition=rejection.partition,
+            offset=rejection.offset,
+        )
+    return summary
+
+
+def report_schedule(metrics: Metrics, logger: Logger, result: ScheduleResult) -> dict[str, Any]:
+    """Metrics and logs for one scheduler run; returns the handler's summary."""
+    metrics.add_metric(name="SchedulerSent", unit=MetricUnit.Count, value=result.sent)
+    metrics.add_metric(
+        name="SchedulerSecondsScanned", unit=MetricUnit.Count, value=result.seconds_scanned
+    )
+    metrics.add_metric(
+        name="SchedulerSkippedCancelled", unit=MetricUnit.Count, value=result.skipped_cancelled
+    )
+    metrics.add_metric(
+        name="WatermarkLagSeconds", unit=MetricUnit.Seconds, value=result.lag_seconds
+    )
+    summary: dict[str, Any] = {
+        "watermark_before": result.watermark_before,
+        "watermark_after": result.watermark_after,
+        "seconds_scanned": result.seconds_scanned,
+        "sent": result.sent,
+        "skipped_cancelled": result.skipped_cancelled,
+        "stopped_early": result.stopped_early,
+        "conflict": result.conflict,
+    }
+    if result.stopped_early or result.conflict:
+        logger.warning("scheduler did not finish its window", extra=summary)
+    else:
+        logger.info("scheduler run", extra=summary)
+    return summary
+
+
+def report_emit(metrics: Metrics, logger: Logger, result: EmitResult) -> dict[str, Any]:
+    """Metrics (lateness per message) and logs for one emitter batch; returns the response."""
+    metrics.add_metric(name="Emitted", unit=MetricUnit.Count, value=len(result.deliveries))
+    metrics.add_metric(name="EmitCancelled", unit=MetricUnit.Count, value=result.cancelled)
+    metrics.add_metric(name="EmitRedelayed", unit=MetricUnit.Count, value=result.redelayed)
+    metrics.add_metric(name="EmitRejected", unit=MetricUnit.Count, value=result.rejected)
+    metrics.add_metric(name="EmitFailed", unit=MetricUnit.Count, value=len(result.failed))
+    for delivery in result.deliveries:
+        metrics.add_metric(
+            name="LatenessMs", unit=MetricUnit.Milliseconds, value=delivery.lateness_ms
+        )
+    for error in result.errors:
+        logger.error("emit problem", error=error)
+    return {"batchItemFailures": [{"itemIdentifier": i} for i in result.failed]}
+
+
+def report_cleanup(metrics: Metrics, outcomes: list[Outcome]) -> None:
+    """Count re-driven messages (each one is a scheduler outage that TTL caught)."""
+    metrics.add_metric(
+        name="RedrivenFromTtl",
+        unit=MetricUnit.Count,
+        value=sum(1 for o in outcomes if o is Outcome.REDRIVEN),
+    )
+    metrics.add_metric(
+        name="TtlCleaned",
+        unit=MetricUnit.Count,
+        value=sum(1 for o in outcomes if o is Outcome.CLEANED),
+    )
