@@ -1,0 +1,392 @@
+"""Test factories: events, records, a controllable clock, a Lambda context, handler loading."""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from botocore.exceptions import ClientError
+from hypothesis import settings as hypothesis_settings
+
+from delayq.contract import DelayRequest
+from delayq.retry import Backoff
+from delayq.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+EVENTS = ROOT / "events"
+REGION = "us-east-1"
+TARGETS = ("orders.*", "reminders")
+# 2026-11-21T08:00:00Z: a fixed "now" for tests that freeze time.
+NOW_MS = 1_795_248_000_000
+# Property tests: no per-example deadline, since coverage runs are several times slower.
+PROPERTY = hypothesis_settings(deadline=None)
+
+
+class FakeClock:
+    """Epoch-millisecond clock that only moves when told (or when something sleeps on it)."""
+
+    def __init__(self, now_ms: int = NOW_MS) -> None:
+        self.now_ms = now_ms
+        self.slept: list[float] = []
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+    def advance(self, ms: int) -> None:
+        self.now_ms += ms
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now_ms += max(1, round(seconds * 1000))
+
+
+@dataclass
+class AwsResources:
+    """The resources of one moto account, created like the template declares them."""
+
+    settings: Settings
+    dynamodb: Any
+    sqs: Any
+    s3: Any
+    stream_arn: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def receive_all(self, url: str, wait: int = 0) -> list[dict[str, Any]]:
+        """Drain a queue (ignoring delays: moto honours DelaySeconds, so callers may need to
+        read attributes instead)."""
+        out: list[dict[str, Any]] = []
+        while True:
+            got = self.sqs.receive_message(
+                QueueUrl=url,
+                MaxNumberOfMessages=10,
+                WaitTimeSeconds=wait,
+                AttributeNames=["All"],
+                MessageAttributeNames=["All"],
+            ).get("Messages", [])
+            if not got:
+                return out
+            out.extend(got)
+            for m in got:
+                self.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+
+    def bodies(self, url: str) -> list[dict[str, Any]]:
+        return [json.loads(m["Body"]) for m in self.receive_all(url)]
+
+    def visible_and_delayed(self, url: str) -> int:
+        attrs = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        return int(attrs["ApproximateNumberOfMessages"]) + int(
+            attrs["ApproximateNumberOfMessagesDelayed"]
+        )
+
+
+def header(name: str, value: str | bytes) -> dict[str, list[int]]:
+    """One header as the Kafka event source shows it: a byte array."""
+    raw = value.encode() if isinstance(value, str) else value
+    return {name: list(raw)}
+
+
+def kafka_record(
+    *,
+    offset: int = 0,
+    partition: int = 0,
+    topic: str = "delay-requests",
+    timestamp: int = NOW_MS,
+    key: bytes | None = b"k",
+    value: bytes | None = b"v",
+    headers: Sequence[Mapping[str, list[int] | None]] | None = None,
+    **control: str,
+) -> dict[str, Any]:
+    """A Kafka event record; control headers by keyword (``target="orders.timeout"``,
+    ``seconds="30"``, ``deliver_at=...``, ``ms=...``, ``id=...``, ``cancel=...``)."""
+    names = {
+        "target": "delay-target",
+        "seconds": "delay-seconds",
+        "ms": "delay-ms",
+        "deliver_at": "delay-deliver-at",
+        "id": "delay-id",
+        "cancel": "delay-cancel",
+    }
+    all_headers = [header(names[k], v) for k, v in control.items()] + list(headers or [])
+    record: dict[str, Any] = {
+        "topic": topic,
+        "partition": partition,
+        "offset": offset,
+        "timestamp": timestamp,
+        "timestampType": "LOG_APPEND_TIME",
+        "headers": all_headers,
+    }
+    if key is not None:
+        record["key"] = base64.b64encode(key).decode()
+    if value is not None:
+        record["value"] = base64.b64encode(value).decode()
+    return record
+
+
+def kafka_event(*records: dict[str, Any], msk: bool = True) -> dict[str, Any]:
+    """An MSK (or self-managed) event with the records grouped by topic-partition."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        grouped.setdefault(
+            f"{r.get('topic', 'delay-requests')}-{r.get('partition', 0)}", []
+        ).append(r)
+    event: dict[str, Any] = {"records": grouped}
+    if msk:
+        event["eventSource"] = "aws:kafka"
+        event["eventSourceArn"] = (
+            "arn:aws:kafka:us-east-1:123456789012:cluster/delayq/abcd1234-ab12-cd34-ef56-abcdef123456-1"
+        )
+        event["bootstrapServers"] = "b-1.delayq.abcd12.c2.kafka.us-east-1.amazonaws.com:9098"
+    else:
+        event["eventSource"] = "SelfManagedKafka"
+        event["bootstrapServers"] = "broker-1.example.internal:9092"
+    return event
+
+
+@dataclass
+class LambdaContext:
+    """What Lambda passes as the context (enough for Powertools and our deadlines)."""
+
+    function_name: str = "delayq-test"
+    function_version: str = "$LATEST"
+    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:delayq-test"
+    memory_limit_in_mb: int = 512
+    aws_request_id: str = "00000000-0000-4000-8000-000000000000"
+    log_group_name: str = "/aws/lambda/delayq-test"
+    log_stream_name: str = "2026/11/21/[$LATEST]0"
+    remaining_ms: int = 60_000
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms
+
+
+def load_event(name: str) -> dict[str, Any]:
+    """One of the shared sample events in events/."""
+    return json.loads((EVENTS / name).read_text())
+
+
+def load_handler(name: str) -> ModuleType:
+    """functions/<name>/app.py as a fresh module (each handler file is called app.py)."""
+    path = ROOT / "functions" / name / "app.py"
+    spec = importlib.util.spec_from_file_location(f"delayq_fn_{name}", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass
+class Produced:
+    """One record a FakeProducer acknowledged."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+    def header(self, name: str) -> bytes | None:
+        return dict(self.headers)[name]
+
+
+class FakeProducer:
+    """confluent_kafka.Producer's produce/poll/flush contract, in memory.
+
+    ``fail_topics`` get a delivery error; ``silent`` records never get a report (a flush
+    timeout); ``refuse`` makes produce() itself raise.
+    """
+
+    def __init__(
+        self,
+        *,
+        fail_topics: set[str] | None = None,
+        silent: bool = False,
+        refuse: bool = False,
+        clock: Any = None,
+    ) -> None:
+        self.produced: list[Produced] = []
+        self.produced_at: list[int] = []
+        self.fail_topics = fail_topics or set()
+        self.silent = silent
+        self.refuse = refuse
+        self._clock = clock
+        self._pending: list[tuple[Any, Produced]] = []
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        headers: list[tuple[str, bytes | None]] | None = None,
+        on_delivery: Any = None,
+    ) -> None:
+        if self.refuse:
+            raise ValueError("refused by the test")
+        record = Produced(topic, key, value, list(headers or []))
+        if self._clock is not None:
+            self.produced_at.append(self._clock())
+        self._pending.append((on_delivery, record))
+
+    def poll(self, timeout: float = 0) -> int:
+        return self.flush(timeout)
+
+    def flush(self, timeout: float = 0) -> int:
+        if self.silent:
+            return len(self._pending)
+        for callback, record in self._pending:
+            if record.topic in self.fail_topics:
+                callback("KafkaError{code=UNKNOWN_TOPIC_OR_PART}", None)
+            else:
+                self.produced.append(record)
+                callback(None, record)
+        self._pending.clear()
+        return 0
+
+
+@dataclass
+class SentEntry:
+    """One entry an SQS client was asked to send, with the fake time it was sent."""
+
+    queue_url: str
+    body: str
+    delay_seconds: int
+    sent_ms: int
+
+    @property
+    def release_ms(self) -> int:
+        """When SQS makes it visible (DelaySeconds are whole seconds)."""
+        return self.sent_ms + self.delay_seconds * 1000
+
+
+class RecordingSqs:
+    """Wraps a real (moto) SQS client; records every batch entry with the fake clock's time.
+
+    ``fail_ids_once`` makes SendMessageBatch report those entry ids in ``Failed[]`` once;
+    ``raise_after`` raises a crash after that many successful batch calls.
+    """
+
+    def __init__(self, inner: Any, clock: Any) -> None:
+        self._inner = inner
+        self._clock = clock
+        self.sent: list[SentEntry] = []
+        self.fail_ids_once: set[str] = set()
+        self.raise_after: int | None = None
+        self.calls = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803
+        if self.raise_after is not None and self.calls >= self.raise_after:
+            raise RuntimeError("simulated crash of the invocation")
+        self.calls += 1
+        failing = [e for e in Entries if e["Id"] in self.fail_ids_once]
+        self.fail_ids_once -= {e["Id"] for e in failing}
+        passing = [e for e in Entries if e not in failing]
+        response: dict[str, Any] = {"Successful": [], "Failed": []}
+        if passing:
+            # The real queue keeps no delay: tests replay DelaySeconds on the fake clock.
+            response = self._inner.send_message_batch(
+                QueueUrl=QueueUrl, Entries=[{**e, "DelaySeconds": 0} for e in passing]
+            )
+            for e in passing:
+                self.sent.append(
+                    SentEntry(QueueUrl, e["MessageBody"], e["DelaySeconds"], self._clock())
+                )
+        response.setdefault("Failed", [])
+        response["Failed"] = [
+            *response["Failed"],
+            *({"Id": e["Id"], "SenderFault": False, "Code": "InternalError"} for e in failing),
+        ]
+        return response
+
+    def to(self, url: str) -> list[SentEntry]:
+        return [e for e in self.sent if e.queue_url == url]
+
+
+def sqs_event(entries: list[SentEntry], receive_count: int = 1) -> dict[str, Any]:
+    """An SQS event (as the Lambda event source delivers it) for recorded entries."""
+    return {
+        "Records": [
+            {
+                "messageId": f"m-{i}-{e.sent_ms}",
+                "receiptHandle": f"rh-{i}-{e.sent_ms}",
+                "body": e.body,
+                "attributes": {
+                    "ApproximateReceiveCount": str(receive_count),
+                    "SentTimestamp": str(e.sent_ms),
+                    "SenderId": "AIDAEXAMPLE",
+                    "ApproximateFirstReceiveTimestamp": str(e.release_ms),
+                },
+                "messageAttributes": {},
+                "md5OfBody": "0" * 32,
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:delayq-delay",
+                "awsRegion": "us-east-1",
+            }
+            for i, e in enumerate(entries)
+        ]
+    }
+
+
+def delay_request(
+    *,
+    delay_id: str = "order-1",
+    target: str = "orders.timeout",
+    due_ms: int = NOW_MS + 60_000,
+    key: bytes | None = b"k",
+    value: bytes | None = b"v",
+    headers: tuple[tuple[str, bytes | None], ...] = (("trace", b"t-1"),),
+    src: str = "delay-requests-0-0",
+    payload_ref: str | None = None,
+) -> DelayRequest:
+    """A parsed delay request, for the adapters that take one."""
+    return DelayRequest(delay_id, target, due_ms, key, value, headers, src, payload_ref)
+
+
+def no_sleep_backoff(
+    max_attempts: int = 8, sleep: Callable[[float], None] | None = None
+) -> Backoff:
+    """Back-off that never really sleeps (pass ``FakeClock.sleep`` to record the pauses)."""
+    return Backoff(max_attempts=max_attempts, rng=random.Random(7), sleep=sleep or (lambda _: None))
+
+
+def client_error(code: str, *, status: int = 400, operation: str = "Operation") -> ClientError:
+    """A botocore ClientError as a service would raise it."""
+    return ClientError(
+        {
+            "Error": {"Code": code, "Message": f"{code} (test)"},
+            "ResponseMetadata": {"HTTPStatusCode": status},
+        },
+        operation,
+    )
+
+
+class ClientProxy:
+    """A boto3 client with some operations replaced; everything else goes to the real one.
+
+    ``ClientProxy(real, batch_write_item=fn)`` calls ``fn(**kwargs)`` for that operation, and
+    records every replaced call in ``calls`` as ``(name, kwargs)``.
+    """
+
+    def __init__(self, real: Any, **overrides: Callable[..., Any]) -> None:
+        self.real = real
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self._overrides = overrides
+
+    def __getattr__(self, name: str) -> Any:
+        override = self._overrides.get(name)
+        if override is None:
+            return getattr(self.real, name)
+
+        def call(**kwargs: Any) -> Any:
+            self.calls.append((name, kwargs))
+            return override(**kwargs)
+
+        return call

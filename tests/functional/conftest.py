@@ -1,0 +1,156 @@
+"""A wired pipeline on moto with a fake clock: real adapters, recorded SQS sends, fake Kafka."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from delayq.emitter import EmitResult, EmitterServices, emit_batch, messages_from_event
+from delayq.ingest import IngestResult, IngestServices, ingest_batch
+from delayq.kafka import KafkaDelivery
+from delayq.payloads import PayloadStore
+from delayq.queues import DelayQueue, RejectQueue, SqsQueue, TickQueue
+from delayq.retry import Backoff, Deadline
+from delayq.scheduler import ScheduleResult, run_scheduler
+from delayq.settings import Settings
+from delayq.store import MessageStore
+from tests.factories import (
+    AwsResources,
+    FakeClock,
+    FakeProducer,
+    RecordingSqs,
+    SentEntry,
+    sqs_event,
+)
+
+
+def no_sleep_backoff() -> Backoff:
+    return Backoff(sleep=lambda _: None)
+
+
+@dataclass
+class Pipeline:
+    """Everything a test needs to drive ingest -> scheduler -> emitter by hand."""
+
+    settings: Settings
+    aws: AwsResources
+    clock: FakeClock
+    sqs: RecordingSqs
+    store: MessageStore
+    payloads: PayloadStore
+    delay_queue: DelayQueue
+    rejects: RejectQueue
+    ticks: TickQueue
+    producer: FakeProducer
+    handed_over: set[int] = field(default_factory=set)
+
+    def deadline(self) -> Deadline:
+        return Deadline.after(60)
+
+    def ingest(self, event: object) -> IngestResult:
+        services = IngestServices(self.store, self.delay_queue, self.rejects, self.payloads)
+        return ingest_batch(
+            event,
+            settings=self.settings,
+            services=services,
+            clock=self.clock,
+            deadline=self.deadline(),
+        )
+
+    def schedule(self, deadline: Deadline | None = None) -> ScheduleResult:
+        return run_scheduler(
+            settings=self.settings,
+            store=self.store,
+            delay_queue=self.delay_queue,
+            clock=self.clock,
+            deadline=deadline or self.deadline(),
+        )
+
+    def emit(
+        self,
+        entries: list[SentEntry],
+        receive_count: int = 1,
+        receipt_handles: list[str] | None = None,
+    ) -> EmitResult:
+        services = EmitterServices(
+            KafkaDelivery(self.producer, 1.0),
+            self.store,
+            self.delay_queue.queue,
+            self.rejects,
+            self.payloads,
+        )
+        event = sqs_event(entries, receive_count)
+        for record, handle in zip(event["Records"], receipt_handles or [], strict=False):
+            record["receiptHandle"] = handle
+        return emit_batch(
+            messages_from_event(event),
+            settings=self.settings,
+            services=services,
+            clock=self.clock,
+            sleep=self.clock.sleep,
+            deadline=self.deadline(),
+        )
+
+    def delayed(self) -> list[SentEntry]:
+        return self.sqs.to(self.settings.delay_queue_url)
+
+    def deliver_released(self, until_ms: int | None = None) -> EmitResult:
+        """Emit the recorded delay-queue entries not emitted yet that SQS releases up to
+        ``until_ms`` (default: all), as the poller would: at each release time, a batch of
+        at most 10 of the entries visible by then. Batches run as concurrent invocations
+        would: each starts at its own release time, not after the previous one's holds."""
+        total = EmitResult()
+        waiting = sorted(
+            (
+                e
+                for e in self.delayed()
+                if id(e) not in self.handed_over and (until_ms is None or e.release_ms <= until_ms)
+            ),
+            key=lambda e: e.release_ms,
+        )
+        latest = self.clock.now_ms
+        while waiting:
+            self.clock.now_ms = waiting[0].release_ms
+            visible = [e for e in waiting if e.release_ms <= self.clock.now_ms][:10]
+            waiting = waiting[len(visible) :]
+            self.handed_over.update(id(e) for e in visible)
+            result = self.emit(visible)
+            latest = max(latest, self.clock.now_ms)
+            total.failed += result.failed
+            total.deliveries += result.deliveries
+            total.cancelled += result.cancelled
+            total.redelayed += result.redelayed
+            total.rejected += result.rejected
+            total.errors += result.errors
+        self.clock.now_ms = latest
+        return total
+
+
+@pytest.fixture
+def pipeline(aws: AwsResources, clock: FakeClock) -> Pipeline:
+    # Compressed time (as the local stack runs it) keeps each scheduler window small.
+    s = aws.settings.with_overrides(horizon_seconds=300, lookahead_seconds=240)
+    sqs = RecordingSqs(aws.sqs, clock)
+    backoff = no_sleep_backoff()
+    store = MessageStore(
+        aws.dynamodb,
+        s.table_name,
+        shards=s.shards,
+        ttl_grace_seconds=s.ttl_grace_seconds,
+        max_delay_seconds=s.max_delay_seconds,
+        backoff=backoff,
+    )
+    payloads = PayloadStore(aws.s3, s.payload_bucket, backoff)
+    return Pipeline(
+        settings=s,
+        aws=aws,
+        clock=clock,
+        sqs=sqs,
+        store=store,
+        payloads=payloads,
+        delay_queue=DelayQueue(SqsQueue(sqs, s.delay_queue_url, backoff), s.emit_lead_ms),
+        rejects=RejectQueue(SqsQueue(sqs, s.reject_queue_url, backoff), payloads),
+        ticks=TickQueue(sqs, s.tick_queue_url, backoff),
+        producer=FakeProducer(clock=clock),
+    )

@@ -1,0 +1,128 @@
+"""Emitter: never early, late by little, cancels dropped, failures reported item by item."""
+
+from __future__ import annotations
+
+import pytest
+
+from delayq.contract import DelayRequest, Envelope
+from tests.factories import NOW_MS, FakeProducer, SentEntry, kafka_event, kafka_record
+from tests.functional.conftest import Pipeline
+
+
+def entry(
+    p: Pipeline, due_ms: int, delay_id: str = "d-1", target: str = "orders.timeout"
+) -> SentEntry:
+    request = DelayRequest(delay_id, target, due_ms, b"key", b"value", (("h", b"1"),), "t-0-1")
+    return SentEntry(p.settings.delay_queue_url, Envelope(request).encode(), 0, p.clock())
+
+
+def test_a_due_message_is_emitted_with_original_bytes_and_delivery_headers(p: Pipeline) -> None:
+    result = p.emit([entry(p, NOW_MS - 5)], receive_count=2)
+    assert result.failed == []
+    [out] = p.producer.produced
+    assert (out.topic, out.key, out.value) == ("orders.timeout", b"key", b"value")
+    assert out.headers[0] == ("h", b"1")
+    assert out.header("delay-id") == b"d-1"
+    assert out.header("delay-due-ms") == str(NOW_MS - 5).encode()
+    assert out.header("delay-emitted-ms") == str(NOW_MS).encode()
+    assert out.header("delay-attempt") == b"2"
+
+
+def test_an_early_message_is_held_until_due_never_emitted_before(p: Pipeline) -> None:
+    due = NOW_MS + 1_700
+    result = p.emit([entry(p, due)])
+    assert p.producer.produced_at == [due]
+    assert result.deliveries[0].lateness_ms == 0
+
+
+def test_a_batch_is_emitted_in_due_order_each_at_its_time(p: Pipeline) -> None:
+    dues = [NOW_MS + 900, NOW_MS + 100, NOW_MS + 2500]
+    p.emit([entry(p, d, f"id-{i}") for i, d in enumerate(dues)])
+    assert p.producer.produced_at == sorted(dues)
+    assert all(at >= due for at, due in zip(p.producer.produced_at, sorted(dues), strict=True))
+
+
+def test_a_message_too_early_to_hold_is_re_delayed_not_emitted(p: Pipeline) -> None:
+    p.aws.sqs.send_message(QueueUrl=p.settings.delay_queue_url, MessageBody="x")
+    [msg] = p.aws.sqs.receive_message(QueueUrl=p.settings.delay_queue_url)["Messages"]
+    early = entry(p, NOW_MS + 60_000)
+    result = p.emit([early], receipt_handles=[msg["ReceiptHandle"]])
+    assert len(result.failed) == 1
+    assert result.redelayed == 1
+    assert p.producer.produced == []
+    assert p.clock.slept == []
+
+
+def test_cancelled_ids_are_dropped(p: Pipeline) -> None:
+    p.ingest(kafka_event(kafka_record(cancel="d-2")))
+    result = p.emit([entry(p, NOW_MS, "d-1"), entry(p, NOW_MS, "d-2")])
+    assert [o.header("delay-id") for o in p.producer.produced] == [b"d-1"]
+    assert result.cancelled == 1
+    assert result.failed == []
+
+
+def test_a_kafka_delivery_failure_fails_only_that_message(p: Pipeline) -> None:
+    p.producer = FakeProducer(fail_topics={"orders.lost"}, clock=p.clock)
+    p.settings = p.settings.with_overrides(allowed_targets=("orders.*",))
+    batch = [entry(p, NOW_MS, "ok"), entry(p, NOW_MS, "bad", target="orders.lost")]
+    result = p.emit(batch)
+    assert len(result.failed) == 1
+    assert result.failed[0].startswith("m-1-")
+    assert [o.header("delay-id") for o in p.producer.produced] == [b"ok"]
+
+
+def test_no_delivery_report_before_the_timeout_fails_the_message(p: Pipeline) -> None:
+    p.producer = FakeProducer(silent=True, clock=p.clock)
+    result = p.emit([entry(p, NOW_MS)])
+    assert len(result.failed) == 1
+    assert "no delivery report" in result.errors[0]
+
+
+def test_a_produce_refusal_fails_only_that_message(p: Pipeline) -> None:
+    p.producer = FakeProducer(refuse=True, clock=p.clock)
+    result = p.emit([entry(p, NOW_MS)])
+    assert len(result.failed) == 1
+    assert "produce refused" in result.errors[0]
+
+
+def test_a_body_that_is_not_ours_goes_to_the_reject_queue(p: Pipeline) -> None:
+    garbage = SentEntry(p.settings.delay_queue_url, "{not json", 0, p.clock())
+    result = p.emit([garbage, entry(p, NOW_MS)])
+    assert result.failed == []
+    assert result.rejected == 1
+    [reject] = p.aws.bodies(p.settings.reject_queue_url)
+    assert reject["reason"] == "bad-envelope"
+    assert reject["record"]["body"] == "{not json"
+    assert len(p.producer.produced) == 1
+
+
+def test_the_emitter_enforces_the_allow_list_again(p: Pipeline) -> None:
+    result = p.emit([entry(p, NOW_MS, target="payments.capture")])
+    assert p.producer.produced == []
+    assert result.rejected == 1
+    [reject] = p.aws.bodies(p.settings.reject_queue_url)
+    assert reject["reason"] == "target-not-allowed"
+
+
+def test_an_offloaded_value_is_restored_then_deleted_after_delivery(p: Pipeline) -> None:
+    big = b"x" * (p.settings.offload_threshold_bytes + 1)
+    p.ingest(kafka_event(kafka_record(target="reminders", seconds="0", value=big)))
+    [queued] = p.delayed()
+    p.emit([queued])
+    assert p.producer.produced[0].value == big
+    listed = p.aws.s3.list_objects_v2(Bucket=p.settings.payload_bucket, Prefix="payloads/")
+    assert listed.get("KeyCount", 0) == 0
+
+
+def test_a_missing_offloaded_value_fails_that_message_only(p: Pipeline) -> None:
+    ref = "s3://delayq-payloads/payloads/nope/1"
+    request = DelayRequest("gone", "reminders", NOW_MS, None, None, (), "t-0-1", ref)
+    lost = SentEntry(p.settings.delay_queue_url, Envelope(request).encode(), 0, p.clock())
+    result = p.emit([lost, entry(p, NOW_MS)])
+    assert len(result.failed) == 1
+    assert len(p.producer.produced) == 1
+
+
+@pytest.fixture
+def p(pipeline: Pipeline) -> Pipeline:
+    return pipeline

@@ -1,0 +1,146 @@
+"""Scheduler: watermark-driven, catches up after missed ticks, repeated ticks are no-ops,
+a crash loses nothing, a conflict stops cleanly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from delayq import buckets
+from delayq.queues import TickQueue
+from delayq.retry import Deadline
+from delayq.scheduler import fire_timer
+from tests.factories import NOW_MS, kafka_event, kafka_record
+from tests.functional.conftest import Pipeline
+
+
+def store_due_in(p: Pipeline, *delays_s: int) -> list[str]:
+    ids = [f"m-{i}" for i in range(len(delays_s))]
+    p.ingest(
+        kafka_event(
+            *(
+                kafka_record(offset=i, target="reminders", seconds=str(d), id=ids[i])
+                for i, d in enumerate(delays_s)
+            )
+        )
+    )
+    return ids
+
+
+def sent_ids(p: Pipeline) -> list[str]:
+    return [json.loads(e.body)["id"] for e in p.delayed()]
+
+
+def test_first_run_queues_everything_within_the_look_ahead(p: Pipeline) -> None:
+    store_due_in(p, 3600, 7200)
+    p.clock.now_ms = NOW_MS + 3600_000 - p.settings.lookahead_seconds * 1000
+    result = p.schedule()
+    assert sent_ids(p) == ["m-0"]
+    assert result.watermark_after == buckets.due_second(p.clock()) + p.settings.lookahead_seconds
+    assert result.lag_seconds == 0
+
+
+def test_sends_release_at_or_before_due(p: Pipeline) -> None:
+    store_due_in(p, 3600)
+    p.clock.now_ms = NOW_MS + 3600_000 - p.settings.lookahead_seconds * 1000 + 10_250
+    p.schedule()
+    [entry] = p.delayed()
+    assert entry.release_ms <= NOW_MS + 3600_000
+    assert entry.release_ms >= NOW_MS + 3600_000 - p.settings.emit_lead_ms - 1000
+
+
+def test_a_repeated_tick_sends_nothing_twice(p: Pipeline) -> None:
+    store_due_in(p, 3600)
+    p.clock.now_ms = NOW_MS + 3600_000 - 60_000
+    p.schedule()
+    second = p.schedule()
+    assert second.sent == 0
+    assert sent_ids(p) == ["m-0"]
+
+
+def test_missed_ticks_are_caught_up_and_overdue_messages_go_at_once(p: Pipeline) -> None:
+    store_due_in(p, 1200, 1260, 1500)
+    p.clock.now_ms = NOW_MS + 100_000
+    p.schedule()  # the last run before an outage
+    p.clock.now_ms = NOW_MS + 1300_000  # twenty ticks missed: two messages overdue
+    result = p.schedule()
+    assert sorted(sent_ids(p)) == ["m-0", "m-1", "m-2"]
+    overdue = [e for e in p.delayed() if json.loads(e.body)["id"] in ("m-0", "m-1")]
+    assert [e.delay_seconds for e in overdue] == [0, 0]
+    assert result.lag_seconds == 0
+
+
+def test_cancelled_messages_are_not_queued(p: Pipeline) -> None:
+    store_due_in(p, 3600, 3600)
+    p.ingest(kafka_event(kafka_record(offset=9, cancel="m-1")))
+    p.clock.now_ms = NOW_MS + 3600_000 - 60_000
+    result = p.schedule()
+    assert sent_ids(p) == ["m-0"]
+    assert result.skipped_cancelled == 1
+
+
+def test_a_crash_mid_run_loses_nothing_and_resends_at_most_one_second(p: Pipeline) -> None:
+    store_due_in(p, 3600, 3601, 3602)
+    p.clock.now_ms = NOW_MS + 3600_000 - 60_000
+    p.sqs.raise_after = 1  # the second SendMessageBatch call crashes the invocation
+    with pytest.raises(RuntimeError):
+        p.schedule()
+    assert sent_ids(p) == ["m-0"]
+    assert p.store.get_watermark(p.deadline()) == buckets.due_second(NOW_MS + 3600_000)
+    p.sqs.raise_after = None
+    p.schedule()
+    assert sorted(sent_ids(p)) == ["m-0", "m-1", "m-2"]
+
+
+def test_a_failed_batch_entry_is_resent_alone(p: Pipeline) -> None:
+    store_due_in(p, 3600, 3600, 3600)
+    p.clock.now_ms = NOW_MS + 3600_000 - 60_000
+    p.sqs.fail_ids_once = {"1"}
+    p.schedule()
+    assert sorted(sent_ids(p)) == ["m-0", "m-1", "m-2"]
+
+
+def test_out_of_time_stops_cleanly_and_the_next_tick_resumes(p: Pipeline) -> None:
+    store_due_in(p, 3600)
+    p.clock.now_ms = NOW_MS + 3600_000 - 60_000
+    result = p.schedule(Deadline(lambda: 0))
+    assert result.stopped_early
+    assert p.delayed() == []
+    p.schedule()
+    assert sent_ids(p) == ["m-0"]
+
+
+def test_a_scheduler_that_lost_the_race_stops_without_error(p: Pipeline) -> None:
+    store_due_in(p, 3600)
+    p.clock.now_ms = NOW_MS + 3600_000 - 60_000
+    start = buckets.due_second(p.clock()) - 1
+    p.store.advance_watermark(None, start, NOW_MS, p.deadline())
+    real_get = p.store.get_watermark
+
+    def stale_read(deadline: Deadline) -> int | None:
+        """Another scheduler moves the watermark between our read and our write."""
+        value = real_get(deadline)
+        p.store.advance_watermark(value, start + 5000, NOW_MS, deadline)
+        return value
+
+    p.store.get_watermark = stale_read  # type: ignore[method-assign]
+    result = p.schedule()
+    assert result.conflict
+    assert real_get(p.deadline()) == start + 5000
+
+
+def test_the_timer_sends_one_tick_per_period(p: Pipeline) -> None:
+    ticks = TickQueue(p.aws.sqs, p.settings.tick_queue_url)
+    first = fire_timer(tick_queue=ticks, settings=p.settings, clock=p.clock, deadline=p.deadline())
+    p.clock.advance(30_000 - (p.clock() % 60_000) + 1000)
+    again = fire_timer(tick_queue=ticks, settings=p.settings, clock=p.clock, deadline=p.deadline())
+    got = p.aws.receive_all(p.settings.tick_queue_url)
+    assert first == again
+    assert len(got) == 1
+    assert json.loads(got[0]["Body"])["tick"] == buckets.tick_index(NOW_MS, 60)
+
+
+@pytest.fixture
+def p(pipeline: Pipeline) -> Pipeline:
+    return pipeline
