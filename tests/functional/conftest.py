@@ -14,6 +14,7 @@ from delayq.queues import DelayQueue, RejectQueue, SqsQueue, TickQueue
 from delayq.retry import Backoff, Deadline
 from delayq.scheduler import ScheduleResult, run_scheduler
 from delayq.settings import Settings
+from delayq.stats import DeliveryStats
 from delayq.store import MessageStore
 from tests.factories import (
     AwsResources,
@@ -44,6 +45,7 @@ class Pipeline:
     ticks: TickQueue
     producer: FakeProducer
     handed_over: set[int] = field(default_factory=set)
+    stats: DeliveryStats = field(default_factory=DeliveryStats)
 
     def deadline(self) -> Deadline:
         return Deadline.after(60)
@@ -79,6 +81,7 @@ class Pipeline:
             self.delay_queue.queue,
             self.rejects,
             self.payloads,
+            self.stats,
         )
         event = sqs_event(entries, receive_count)
         for record, handle in zip(event["Records"], receipt_handles or [], strict=False):

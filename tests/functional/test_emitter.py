@@ -126,3 +126,18 @@ def test_a_missing_offloaded_value_fails_that_message_only(p: Pipeline) -> None:
 @pytest.fixture
 def p(pipeline: Pipeline) -> Pipeline:
     return pipeline
+
+
+def test_deliveries_are_recorded_as_one_stats_item_per_minute(p: Pipeline) -> None:
+    p.emit([entry(p, NOW_MS - 250, "a"), entry(p, NOW_MS, "b")])
+    p.clock.advance(60_000)  # the minute is over: the next batch writes it
+    p.emit([entry(p, p.clock(), "c")])
+    items = p.aws.dynamodb.query(
+        TableName=p.settings.table_name,
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": f"stats#{NOW_MS // 60_000}"}},
+    )["Items"]
+    [item] = items
+    orders = item["targets"]["M"]["orders.timeout"]["M"]
+    assert orders["messages"]["N"] == "2"
+    assert orders["late_max_ms"]["N"] == "250"

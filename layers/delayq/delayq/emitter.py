@@ -23,6 +23,7 @@ from delayq.payloads import PayloadStore
 from delayq.queues import RejectQueue, SqsQueue
 from delayq.retry import Deadline
 from delayq.settings import Settings
+from delayq.stats import DeliveryStats
 from delayq.store import MessageStore
 
 
@@ -89,6 +90,7 @@ class EmitterServices:
     delay_queue: SqsQueue
     rejects: RejectQueue
     payloads: PayloadStore
+    stats: DeliveryStats = field(default_factory=DeliveryStats)
 
 
 def emit_batch(
@@ -108,6 +110,7 @@ def emit_batch(
         run.result.cancelled = sum(1 for _, r in ready if r.delay_id in cancelled)
         ready = [(m, r) for m, r in ready if r.delay_id not in cancelled]
         run.produce_at_due(run.load_payloads(run.hold_back_early(ready)))
+    run.record_stats()
     return run.result
 
 
@@ -219,6 +222,19 @@ class _EmitRun:
             self.services.payloads.delete(request.payload_ref, self.deadline)
         except DelayQueueError as e:
             self.result.errors.append(f"{request.delay_id}: payload not deleted: {e}")
+
+    def record_stats(self) -> None:
+        """Count deliveries into the container's statistics; write what the flush policy says
+        is due (about one item per container-minute). A failed write loses statistics, never
+        messages, and is reported."""
+        stats = self.services.stats
+        for d in self.result.deliveries:
+            stats.add(d.target, d.due_ms, d.emitted_ms)
+        for item in stats.flush(self.clock()):
+            try:
+                self.services.store.put_item(item, self.deadline)
+            except DelayQueueError as e:
+                self.result.errors.append(f"statistics not written: {e}")
 
     def fail(self, message: QueuedMessage, error: str) -> None:
         """Report one message back to SQS as failed."""
