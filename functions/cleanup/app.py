@@ -13,10 +13,10 @@ from aws_lambda_powertools.utilities.batch import (
 )
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
+
 from delayq import runtime
-from delayq.cleanup import Outcome, TtlCleanup
+from delayq.cleanup import CleanupServices, Outcome, TtlCleanup
 from delayq.clock import system_clock
-from delayq.ingest import IngestServices
 from delayq.retry import Deadline
 from delayq.settings import Settings
 from delayq.telemetry import NAMESPACE, report_cleanup
@@ -27,8 +27,8 @@ processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
 
 
 @cache
-def _setup() -> IngestServices:
-    return runtime.ingest_services(Settings.from_env())
+def _setup() -> CleanupServices:
+    return runtime.cleanup_services(Settings.from_env())
 
 
 @metrics.log_metrics
@@ -36,13 +36,7 @@ def _setup() -> IngestServices:
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Each stream record succeeds or fails alone (ReportBatchItemFailures)."""
     services = _setup()
-    cleanup = TtlCleanup(
-        store=services.store,
-        delay_queue=services.delay_queue,
-        payloads=services.payloads,
-        clock=system_clock,
-        deadline=Deadline.from_context(context),
-    )
+    cleanup = TtlCleanup(services, clock=system_clock, deadline=Deadline.from_context(context))
     outcomes: list[Outcome] = []
 
     def record_handler(record: DynamoDBRecord) -> None:

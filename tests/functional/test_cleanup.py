@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from delayq import buckets
-from delayq.cleanup import Outcome, TtlCleanup, is_ttl_removal
+from delayq.cleanup import CleanupServices, Outcome, TtlCleanup, is_ttl_removal
 from delayq.contract import DelayRequest
 from delayq.store import message_item
 from tests.factories import NOW_MS
@@ -40,13 +40,8 @@ def removal(
 
 
 def cleanup(p: Pipeline) -> TtlCleanup:
-    return TtlCleanup(
-        store=p.store,
-        delay_queue=p.delay_queue,
-        payloads=p.payloads,
-        clock=p.clock,
-        deadline=p.deadline(),
-    )
+    services = CleanupServices(p.store, p.delay_queue, p.payloads)
+    return TtlCleanup(services, clock=p.clock, deadline=p.deadline())
 
 
 def test_a_message_the_scheduler_never_reached_is_redriven_unchanged(p: Pipeline) -> None:

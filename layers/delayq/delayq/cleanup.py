@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from delayq import buckets
@@ -40,21 +41,22 @@ def is_ttl_removal(record: Mapping[str, Any]) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class CleanupServices:
+    """The adapters the safety net uses."""
+
+    store: MessageStore
+    delay_queue: DelayQueue
+    payloads: PayloadStore
+
+
 class TtlCleanup:
     """Handles one stream batch; reads the watermark once, on first need."""
 
-    def __init__(
-        self,
-        *,
-        store: MessageStore,
-        delay_queue: DelayQueue,
-        payloads: PayloadStore,
-        clock: Clock,
-        deadline: Deadline,
-    ) -> None:
-        self._store = store
-        self._queue = delay_queue
-        self._payloads = payloads
+    def __init__(self, services: CleanupServices, *, clock: Clock, deadline: Deadline) -> None:
+        self._store = services.store
+        self._queue = services.delay_queue
+        self._payloads = services.payloads
         self._clock = clock
         self._deadline = deadline
         self._watermark: int | None = None

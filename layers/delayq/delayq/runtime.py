@@ -11,6 +11,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
+from delayq.cleanup import CleanupServices
 from delayq.emitter import EmitterServices
 from delayq.ingest import IngestServices
 from delayq.kafka import KafkaDelivery, make_producer
@@ -77,6 +78,15 @@ def ingest_services(settings: Settings) -> IngestServices:
         delay_queue=delay_queue(settings),
         rejects=reject_queue(settings, payloads),
         payloads=payloads,
+    )
+
+
+def cleanup_services(settings: Settings) -> CleanupServices:
+    """What the TTL safety net uses (no reject queue: it has nothing to reject)."""
+    return CleanupServices(
+        store=message_store(settings),
+        delay_queue=delay_queue(settings),
+        payloads=payload_store(settings),
     )
 
 

@@ -12,15 +12,20 @@ which saves one write per long-delay message, the largest cost line at volume.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from delayq import buckets
 from delayq.clock import Clock
+from delayq.contract import DelayRequest
 from delayq.exceptions import WatermarkConflictError
 from delayq.queues import DelayQueue, TickQueue
 from delayq.retry import Deadline
 from delayq.settings import Settings
 from delayq.store import MessageStore
+
+# Seconds read per round of parallel queries (x shards partitions).
+QUERY_CHUNK_SECONDS = 8
 
 
 def fire_timer(
@@ -71,11 +76,9 @@ def run_scheduler(
     )
     written, reached = stored, start
     try:
-        for second in window:
+        for second, messages in _due_messages(store, window, clock, deadline):
             if deadline.expired():
-                result.stopped_early = True
                 break
-            messages = store.query_second(second, clock(), deadline)
             result.seconds_scanned += 1
             if messages:
                 cancelled = store.cancelled([m.delay_id for m in messages], deadline)
@@ -87,6 +90,7 @@ def run_scheduler(
                 store.advance_watermark(written, second, clock(), deadline)
                 written = second
             reached = second
+        result.stopped_early = reached < result.target_second
         if reached != written:
             store.advance_watermark(written, reached, clock(), deadline)
             written = reached
@@ -96,3 +100,16 @@ def run_scheduler(
         result.conflict = True
     result.watermark_after = written
     return result
+
+
+def _due_messages(
+    store: MessageStore, window: range, clock: Clock, deadline: Deadline
+) -> Iterator[tuple[int, list[DelayRequest]]]:
+    """The window's seconds in order with their messages, read ``QUERY_CHUNK_SECONDS`` at a
+    time so that catching up after an outage is not one round trip per second."""
+    for start in range(window.start, window.stop, QUERY_CHUNK_SECONDS):
+        if deadline.expired():
+            return
+        chunk = range(start, min(start + QUERY_CHUNK_SECONDS, window.stop))
+        found = store.query_seconds(chunk, clock(), deadline)
+        yield from ((second, found[second]) for second in chunk)

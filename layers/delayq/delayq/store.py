@@ -157,15 +157,23 @@ class MessageStore:
 
     # --- reads ---------------------------------------------------------------------------
 
-    def query_second(self, second: int, now_ms: int, deadline: Deadline) -> list[DelayRequest]:
-        """Every live message due in ``second``: all shards queried in parallel.
+    def query_seconds(
+        self, seconds: Sequence[int], now_ms: int, deadline: Deadline
+    ) -> dict[int, list[DelayRequest]]:
+        """Every live message due in each of ``seconds``: all shards of all the seconds are
+        queried in parallel (one partition per call), results grouped by second.
 
         TTL deletion runs late, so expired items may still be there: they are filtered out.
         """
         now_s = now_ms // 1000
-        keys = buckets.bucket_keys(second, self._shards)
-        results = self._pool.map(lambda k: self._query_partition(k, now_s, deadline), keys)
-        return [r for part in results for r in part]
+        keys = [
+            (second, key) for second in seconds for key in buckets.bucket_keys(second, self._shards)
+        ]
+        parts = self._pool.map(lambda sk: self._query_partition(sk[1], now_s, deadline), keys)
+        grouped: dict[int, list[DelayRequest]] = {second: [] for second in seconds}
+        for (second, _), found in zip(keys, parts, strict=True):
+            grouped[second].extend(found)
+        return grouped
 
     def _query_partition(self, pk: str, now_s: int, deadline: Deadline) -> list[DelayRequest]:
         out: list[DelayRequest] = []
