@@ -7,6 +7,7 @@ from typing import Any
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
+
 from delayq import runtime
 from delayq.clock import system_clock
 from delayq.queues import TickQueue

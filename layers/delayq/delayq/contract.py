@@ -343,40 +343,74 @@ class Envelope:
             d = json.loads(body)
             if d.get("v") != 1:
                 raise EnvelopeError(f"unknown envelope version {d.get('v')!r}")
+            due_ms, ref = d["due_ms"], d.get("payload_ref")
+            if not isinstance(due_ms, int) or isinstance(due_ms, bool):
+                raise EnvelopeError(f"not a delay-queue envelope: due_ms {due_ms!r}")
+            if ref is not None and not isinstance(ref, str):
+                raise EnvelopeError("not a delay-queue envelope: payload_ref")
             return cls(
                 DelayRequest(
-                    delay_id=str(d["id"]),
-                    target=str(d["target"]),
-                    due_ms=int(d["due_ms"]),
+                    delay_id=_text(d, "id"),
+                    target=_text(d, "target"),
+                    due_ms=due_ms,
                     key=_dec(d["key"]),
                     value=_dec(d["value"]),
-                    headers=tuple((str(n), _dec(v)) for n, v in d["headers"]),
-                    src=str(d["src"]),
-                    payload_ref=d.get("payload_ref"),
+                    headers=tuple((_name(n), _dec(v)) for n, v in d["headers"]),
+                    src=_text(d, "src"),
+                    payload_ref=ref,
                 )
             )
         except EnvelopeError:
             raise
-        except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as e:
+        except (
+            ValueError,
+            KeyError,
+            TypeError,
+            AttributeError,
+            OverflowError,
+            binascii.Error,
+        ) as e:
             raise EnvelopeError(f"not a delay-queue envelope: {e}") from e
+
+
+def _text(d: Mapping[str, Any], name: str) -> str:
+    value = d[name]
+    if not isinstance(value, str) or not value:
+        raise EnvelopeError(f"not a delay-queue envelope: {name}")
+    return value
+
+
+def _name(value: Any) -> str:
+    if not isinstance(value, str):
+        raise EnvelopeError("not a delay-queue envelope: header name")
+    return value
 
 
 def _b64_len(n: int) -> int:
     return 4 * ((n + 2) // 3)
 
 
+def _json_text_len(text: str) -> int:
+    # Exact: json.dumps escapes non-ASCII (up to 12 characters for one code point).
+    return len(json.dumps(text))
+
+
+def _json_bytes_len(raw: bytes | None) -> int:
+    return 4 if raw is None else 2 + _b64_len(len(raw))  # null, or quoted base64
+
+
 def estimated_body_bytes(request: DelayRequest) -> int:
     """An upper bound of the encoded envelope size, without encoding it."""
-    header_bytes = sum(len(n) + 8 + _b64_len(len(v or b"")) for n, v in request.headers)
+    header_bytes = sum(_json_text_len(n) + 4 + _json_bytes_len(v) for n, v in request.headers)
     return (
         256
-        + len(request.delay_id) * 2
-        + len(request.target)
-        + len(request.src)
-        + _b64_len(len(request.key or b""))
-        + _b64_len(len(request.value or b""))
+        + _json_text_len(request.delay_id)
+        + _json_text_len(request.target)
+        + _json_text_len(request.src)
+        + _json_bytes_len(request.key)
+        + _json_bytes_len(request.value)
         + header_bytes
-        + len(request.payload_ref or "")
+        + _json_text_len(request.payload_ref or "")
     )
 
 

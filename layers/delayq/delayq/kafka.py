@@ -40,15 +40,17 @@ def msk_iam_token(region: str) -> tuple[str, int]:
 
 
 def scram_credentials(secrets_client: Any, secret_arn: str) -> Mapping[str, str]:
-    """Read ``{"username", "password"}`` from Secrets Manager."""
-    raw = secrets_client.get_secret_value(SecretId=secret_arn)["SecretString"]
+    """Read ``{"username", "password"}`` (two strings) from Secrets Manager."""
+    response = secrets_client.get_secret_value(SecretId=secret_arn)
+    problem = f"secret {secret_arn} must be JSON with 'username' and 'password' strings"
     try:
-        secret = json.loads(raw)
-        return {"username": str(secret["username"]), "password": str(secret["password"])}
+        secret = json.loads(response["SecretString"])  # a binary secret has no SecretString
+        username, password = secret["username"], secret["password"]
     except (ValueError, KeyError, TypeError) as e:
-        raise ConfigurationError(
-            f"secret {secret_arn} must be JSON with 'username' and 'password'"
-        ) from e
+        raise ConfigurationError(problem) from e
+    if not isinstance(username, str) or not isinstance(password, str):
+        raise ConfigurationError(problem)
+    return {"username": username, "password": password}
 
 
 def producer_config(

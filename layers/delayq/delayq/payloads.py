@@ -25,9 +25,9 @@ REJECTED_PREFIX = "rejected/"
 
 def parse_ref(ref: str) -> tuple[str, str]:
     """``s3://bucket/key`` -> (bucket, key)."""
-    if not ref.startswith("s3://") or "/" not in ref[5:]:
+    bucket, _, key = ref.removeprefix("s3://").partition("/")
+    if not ref.startswith("s3://") or not bucket or not key:
         raise PayloadStoreError(f"not an s3:// reference: {ref!r}")
-    bucket, _, key = ref[5:].partition("/")
     return bucket, key
 
 

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,10 +38,12 @@ class SqsQueue:
         self._backoff = backoff or Backoff()
 
     def send(self, operation: str, entries: Sequence[Outgoing], deadline: Deadline) -> None:
-        """Send every entry, 10 a call, retrying only the entries SQS did not take."""
-        for start in range(0, len(entries), c.SQS_BATCH_ENTRIES):
-            chunk = list(enumerate(entries[start : start + c.SQS_BATCH_ENTRIES]))
-            retry_partial(operation, self._send_chunk, chunk, self._backoff, deadline)
+        """Send every entry, at most 10 (and 256 KiB of bodies) a call, retrying only the
+        entries SQS did not take."""
+        for batch in _batches(entries):
+            retry_partial(
+                operation, self._send_chunk, list(enumerate(batch)), self._backoff, deadline
+            )
 
     def _send_chunk(self, chunk: list[tuple[int, Outgoing]]) -> list[tuple[int, Outgoing]]:
         try:
@@ -75,6 +77,25 @@ class SqsQueue:
             )
         except ClientError as e:
             raise QueueError(f"ChangeMessageVisibility failed: {e}") from e
+
+
+def _batches(entries: Sequence[Outgoing]) -> Iterator[list[Outgoing]]:
+    """Consecutive entries grouped under both SendMessageBatch limits. SQS refuses a whole call
+    whose bodies add up to more than the limit (BatchRequestTooLong), even when every entry
+    is within the message limit."""
+    batch: list[Outgoing] = []
+    size = 0
+    for entry in entries:
+        entry_size = len(entry.body.encode())
+        if batch and (
+            len(batch) == c.SQS_BATCH_ENTRIES or size + entry_size > c.SQS_MAX_BATCH_BYTES
+        ):
+            yield batch
+            batch, size = [], 0
+        batch.append(entry)
+        size += entry_size
+    if batch:
+        yield batch
 
 
 class DelayQueue:

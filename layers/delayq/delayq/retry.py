@@ -110,7 +110,7 @@ def retry_partial(
         except ClientError as e:
             if not is_retryable(e):
                 raise
-            last_error = f"{e.response['Error'].get('Code', 'error')}: {e}"
+            last_error = f"{e.response.get('Error', {}).get('Code', 'error')}: {e}"
         if not pending:
             return
         pause = backoff.delay(attempt)

@@ -1,0 +1,600 @@
+"""The message contract: parsing event records, rejection reasons, the delay-queue envelope."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from delayq import constants as c
+from delayq.contract import (
+    CancelRequest,
+    DelayRequest,
+    Envelope,
+    Reason,
+    RejectedRecord,
+    delivery_headers,
+    estimated_body_bytes,
+    headers_from_json,
+    headers_json,
+    iter_event_records,
+    parse_record,
+    rejection_of,
+)
+from delayq.exceptions import EnvelopeError, MalformedEventError
+from delayq.settings import Settings
+from tests.factories import NOW_MS, PROPERTY, delay_request, header, kafka_event, kafka_record
+
+WEEK_S = 7 * 24 * 3600
+
+
+def parse(record: Any, settings: Settings, now_ms: int = NOW_MS) -> DelayRequest:
+    parsed = parse_record(record, settings, now_ms)
+    assert isinstance(parsed, DelayRequest)
+    return parsed
+
+
+def rejected(record: Any, settings: Settings, now_ms: int = NOW_MS) -> RejectedRecord:
+    with pytest.raises(RejectedRecord) as caught:
+        parse_record(record, settings, now_ms)
+    return caught.value
+
+
+def without(record: dict[str, Any], name: str) -> dict[str, Any]:
+    return {k: v for k, v in record.items() if k != name}
+
+
+def replaced(**fields: Any) -> Callable[[], dict[str, Any]]:
+    """A valid record with some raw fields replaced."""
+    return lambda: {**kafka_record(target="reminders", seconds="30"), **fields}
+
+
+# --- valid records -----------------------------------------------------------------------------
+
+
+def test_absolute_due_time_is_taken_as_given(settings: Settings) -> None:
+    request = parse(
+        kafka_record(target="orders.timeout", deliver_at=str(NOW_MS + 3_600_000)), settings
+    )
+    assert request.due_ms == NOW_MS + 3_600_000
+    assert request.target == "orders.timeout"
+
+
+def test_key_and_value_are_decoded_to_the_original_bytes(settings: Settings) -> None:
+    request = parse(
+        kafka_record(key=b"\x00\xffkey", value=b"\x01binary\x80", target="reminders", seconds="1"),
+        settings,
+    )
+    assert (request.key, request.value) == (b"\x00\xffkey", b"\x01binary\x80")
+
+
+def test_missing_key_and_value_stay_none(settings: Settings) -> None:
+    request = parse(kafka_record(key=None, value=None, target="reminders", seconds="1"), settings)
+    assert (request.key, request.value) == (None, None)
+
+
+def test_relative_seconds_count_from_the_record_timestamp_not_now(settings: Settings) -> None:
+    record = kafka_record(timestamp=NOW_MS - 5000, target="reminders", seconds="30")
+    assert parse(record, settings, now_ms=NOW_MS).due_ms == NOW_MS + 25_000
+
+
+def test_relative_ms_count_from_the_record_timestamp_not_now(settings: Settings) -> None:
+    record = kafka_record(timestamp=NOW_MS - 5000, target="reminders", ms="30000")
+    assert parse(record, settings, now_ms=NOW_MS + 1234).due_ms == NOW_MS + 25_000
+
+
+@pytest.mark.parametrize("timestamp", [-1, None])
+def test_missing_broker_timestamp_counts_from_now(
+    settings: Settings, timestamp: int | None
+) -> None:
+    record = kafka_record(target="reminders", seconds="30")
+    record["timestamp"] = timestamp
+    assert parse(record, settings, now_ms=NOW_MS + 777).due_ms == NOW_MS + 777 + 30_000
+
+
+@pytest.mark.parametrize(
+    ("seconds", "delay_ms"), [("1.5", 1500), ("2.25", 2250), ("0.001", 1), (" 10 ", 10_000)]
+)
+def test_delay_seconds_may_be_fractional(settings: Settings, seconds: str, delay_ms: int) -> None:
+    assert parse(kafka_record(target="reminders", seconds=seconds), settings).due_ms == (
+        NOW_MS + delay_ms
+    )
+
+
+def test_due_in_the_past_is_accepted(settings: Settings) -> None:
+    record = kafka_record(target="reminders", deliver_at=str(NOW_MS - 60_000))
+    assert parse(record, settings).due_ms == NOW_MS - 60_000
+
+
+def test_default_id_is_topic_partition_offset(settings: Settings) -> None:
+    record = kafka_record(topic="delay-in", partition=3, offset=1207, target="reminders", ms="1")
+    request = parse(record, settings)
+    assert request.delay_id == "delay-in-3-1207"
+    assert request.src == "delay-in-3-1207"
+
+
+def test_explicit_id_is_trimmed_and_kept_with_the_source(settings: Settings) -> None:
+    request = parse(kafka_record(offset=9, target="reminders", ms="1", id="  order-42 "), settings)
+    assert (request.delay_id, request.src) == ("order-42", "delay-requests-0-9")
+
+
+def test_control_headers_are_stripped_and_user_headers_kept_in_order(settings: Settings) -> None:
+    record = kafka_record(
+        target="reminders",
+        seconds="5",
+        headers=[
+            header("trace", "t-1"),
+            {"empty": None},
+            header("Delay-Custom", "x"),
+            header("trace", "t-2"),
+            header("delayed-by", "me"),
+            header("binary", b"\x00\xff"),
+        ],
+    )
+    assert parse(record, settings).headers == (
+        ("trace", b"t-1"),
+        ("empty", None),
+        ("trace", b"t-2"),
+        ("delayed-by", b"me"),
+        ("binary", b"\x00\xff"),
+    )
+
+
+def test_control_header_names_are_case_insensitive(settings: Settings) -> None:
+    record = kafka_record(
+        headers=[
+            header("DELAY-TARGET", "reminders"),
+            header("Delay-Seconds", "5"),
+            header("Delay-Id", "abc"),
+        ]
+    )
+    request = parse(record, settings)
+    assert (request.target, request.due_ms, request.delay_id) == ("reminders", NOW_MS + 5000, "abc")
+    assert request.headers == ()
+
+
+def test_a_null_headers_field_is_read_as_no_headers(settings: Settings) -> None:
+    record = kafka_record(target="reminders", seconds="1")
+    record["headers"] = None
+    with pytest.raises(RejectedRecord) as caught:
+        parse_record(record, settings, NOW_MS)
+    assert caught.value.reason is Reason.MISSING_TARGET
+
+
+def test_cancel_record_needs_no_target_due_or_valid_value(settings: Settings) -> None:
+    record = kafka_record(offset=4, cancel=" order-42 ")
+    record["value"] = "not base64!"
+    assert parse_record(record, settings, NOW_MS) == CancelRequest("order-42", "delay-requests-0-4")
+
+
+def test_delay_of_exactly_the_maximum_is_accepted(settings: Settings) -> None:
+    assert parse(kafka_record(target="reminders", seconds=str(WEEK_S)), settings).due_ms == (
+        NOW_MS + WEEK_S * 1000
+    )
+
+
+def test_id_of_exactly_the_maximum_length_is_accepted(settings: Settings) -> None:
+    delay_id = "x" * c.MAX_ID_LENGTH
+    assert parse(kafka_record(target="reminders", ms="1", id=delay_id), settings).delay_id == (
+        delay_id
+    )
+
+
+def test_payload_of_exactly_the_maximum_size_is_accepted(settings: Settings) -> None:
+    small = settings.with_overrides(max_payload_bytes=100)
+    record = kafka_record(
+        key=b"kk", value=b"v" * 90, headers=[header("h", "1234567")], target="reminders", ms="1"
+    )
+    assert parse(record, small).size == 100
+
+
+def test_inline_key_and_headers_of_exactly_the_cap_are_accepted(settings: Settings) -> None:
+    record = kafka_record(key=b"k" * c.MAX_INLINE_KEY_AND_HEADERS_BYTES, target="reminders", ms="1")
+    assert parse(record, settings).size == c.MAX_INLINE_KEY_AND_HEADERS_BYTES + 1
+
+
+def test_request_size_counts_key_value_and_user_header_names_and_values() -> None:
+    request = delay_request(key=b"12", value=b"345", headers=(("ab", b"cd"), ("e", None)))
+    assert request.size == 2 + 3 + 4 + 1
+
+
+# --- every rejection reason --------------------------------------------------------------------
+
+REJECTIONS: list[tuple[str, Callable[[], Any], Reason, str]] = [
+    ("record-not-object", lambda: ["x"], Reason.MALFORMED_RECORD, "record is not an object"),
+    (
+        "topic-missing",
+        lambda: without(kafka_record(target="reminders", ms="1"), "topic"),
+        Reason.MALFORMED_RECORD,
+        "'topic'",
+    ),
+    ("topic-empty", replaced(topic=""), Reason.MALFORMED_RECORD, "'topic'"),
+    ("partition-negative", replaced(partition=-1), Reason.MALFORMED_RECORD, "'partition'"),
+    ("partition-text", replaced(partition="0"), Reason.MALFORMED_RECORD, "'partition'"),
+    ("offset-bool", replaced(offset=True), Reason.MALFORMED_RECORD, "'offset'"),
+    ("timestamp-text", replaced(timestamp="now"), Reason.MALFORMED_RECORD, "'timestamp'"),
+    ("timestamp-negative", replaced(timestamp=-2), Reason.MALFORMED_RECORD, "'timestamp'"),
+    ("timestamp-bool", replaced(timestamp=True), Reason.MALFORMED_RECORD, "'timestamp'"),
+    ("key-bad", replaced(key="@@@"), Reason.BAD_BASE64, "key is not valid base64"),
+    ("value-unpadded", replaced(value="dg"), Reason.BAD_BASE64, "value is not valid base64"),
+    ("value-non-ascii", replaced(value="é"), Reason.BAD_BASE64, "value is not valid base64"),
+    ("value-number", replaced(value=5), Reason.BAD_BASE64, "value is not a base64 string"),
+    ("headers-not-list", replaced(headers={"a": [1]}), Reason.BAD_HEADERS, "not a list"),
+    ("header-not-object", replaced(headers=["a"]), Reason.BAD_HEADERS, "not an object"),
+    ("header-name-empty", replaced(headers=[{"": [1]}]), Reason.BAD_HEADERS, "name is empty"),
+    ("header-text", replaced(headers=[{"a": "text"}]), Reason.BAD_HEADERS, "not a byte array"),
+    ("header-byte-300", replaced(headers=[{"a": [300]}]), Reason.BAD_HEADERS, "non-byte"),
+    ("header-byte-str", replaced(headers=[{"a": ["x"]}]), Reason.BAD_HEADERS, "non-byte"),
+    (
+        "control-twice",
+        lambda: kafka_record(
+            target="reminders", ms="1", headers=[header("Delay-Target", "orders.a")]
+        ),
+        Reason.BAD_HEADERS,
+        "'delay-target' appears twice",
+    ),
+    (
+        "control-not-utf8",
+        lambda: kafka_record(ms="1", headers=[header("delay-target", b"\xff\xfe")]),
+        Reason.BAD_HEADERS,
+        "'delay-target' is not UTF-8",
+    ),
+    ("target-missing", lambda: kafka_record(ms="1"), Reason.MISSING_TARGET, "delay-target"),
+    (
+        "target-blank",
+        lambda: kafka_record(target="  ", ms="1"),
+        Reason.MISSING_TARGET,
+        "delay-target",
+    ),
+    (
+        "target-null",
+        lambda: kafka_record(ms="1", headers=[{"delay-target": None}]),
+        Reason.MISSING_TARGET,
+        "delay-target",
+    ),
+    (
+        "target-other",
+        lambda: kafka_record(target="payments", ms="1"),
+        Reason.TARGET_NOT_ALLOWED,
+        "'payments'",
+    ),
+    (
+        "target-pattern-needs-dot",
+        lambda: kafka_record(target="orders", ms="1"),
+        Reason.TARGET_NOT_ALLOWED,
+        "'orders'",
+    ),
+    (
+        "target-case-sensitive",
+        lambda: kafka_record(target="Reminders", ms="1"),
+        Reason.TARGET_NOT_ALLOWED,
+        "'Reminders'",
+    ),
+    ("due-missing", lambda: kafka_record(target="reminders"), Reason.MISSING_DUE, "required"),
+    (
+        "seconds-text",
+        lambda: kafka_record(target="reminders", seconds="soon"),
+        Reason.BAD_DUE,
+        "not a number",
+    ),
+    (
+        "seconds-nan",
+        lambda: kafka_record(target="reminders", seconds="nan"),
+        Reason.BAD_DUE,
+        "not a finite number",
+    ),
+    (
+        "seconds-inf",
+        lambda: kafka_record(target="reminders", seconds="inf"),
+        Reason.BAD_DUE,
+        "not a finite number",
+    ),
+    (
+        "seconds-negative",
+        lambda: kafka_record(target="reminders", seconds="-0.5"),
+        Reason.BAD_DUE,
+        "negative",
+    ),
+    (
+        "ms-fractional",
+        lambda: kafka_record(target="reminders", ms="1.5"),
+        Reason.BAD_DUE,
+        "not a number",
+    ),
+    ("ms-negative", lambda: kafka_record(target="reminders", ms="-1"), Reason.BAD_DUE, "negative"),
+    (
+        "deliver-at-zero",
+        lambda: kafka_record(target="reminders", deliver_at="0"),
+        Reason.BAD_DUE,
+        "not epoch milliseconds",
+    ),
+    (
+        "deliver-at-exponent",
+        lambda: kafka_record(target="reminders", deliver_at="1.8e12"),
+        Reason.BAD_DUE,
+        "not a number",
+    ),
+    (
+        "seconds-and-ms",
+        lambda: kafka_record(target="reminders", seconds="1", ms="1000"),
+        Reason.CONFLICTING_DUE,
+        "delay-seconds, delay-ms",
+    ),
+    (
+        "deliver-at-and-seconds",
+        lambda: kafka_record(target="reminders", deliver_at=str(NOW_MS), seconds="1"),
+        Reason.CONFLICTING_DUE,
+        "delay-deliver-at, delay-seconds",
+    ),
+    (
+        "one-ms-beyond-max",
+        lambda: kafka_record(target="reminders", ms=str(WEEK_S * 1000 + 1)),
+        Reason.DELAY_TOO_LONG,
+        f"maximum is {WEEK_S}s",
+    ),
+    (
+        "deliver-at-beyond-max",
+        lambda: kafka_record(target="reminders", deliver_at=str(NOW_MS + 8 * 86_400_000)),
+        Reason.DELAY_TOO_LONG,
+        f"maximum is {WEEK_S}s",
+    ),
+    (
+        "payload-over-max",
+        lambda: kafka_record(
+            key=None, value=b"v" * (c.DEFAULT_MAX_PAYLOAD_BYTES + 1), target="reminders", ms="1"
+        ),
+        Reason.PAYLOAD_TOO_LARGE,
+        f"{c.DEFAULT_MAX_PAYLOAD_BYTES + 1} bytes",
+    ),
+    (
+        "inline-over-cap",
+        lambda: kafka_record(
+            key=b"k" * c.MAX_INLINE_KEY_AND_HEADERS_BYTES,
+            headers=[header("h", "")],
+            target="reminders",
+            ms="1",
+        ),
+        Reason.PAYLOAD_TOO_LARGE,
+        "key + headers are",
+    ),
+    (
+        "id-blank",
+        lambda: kafka_record(target="reminders", ms="1", id="   "),
+        Reason.BAD_ID,
+        "delay-id",
+    ),
+    (
+        "id-too-long",
+        lambda: kafka_record(target="reminders", ms="1", id="x" * (c.MAX_ID_LENGTH + 1)),
+        Reason.BAD_ID,
+        "delay-id",
+    ),
+    (
+        "id-control-char",
+        lambda: kafka_record(target="reminders", ms="1", id="a\x00b"),
+        Reason.BAD_ID,
+        "delay-id",
+    ),
+    ("cancel-blank", lambda: kafka_record(cancel=""), Reason.BAD_ID, "delay-cancel"),
+]
+
+
+@pytest.mark.parametrize(
+    ("build", "reason", "detail"),
+    [pytest.param(b, r, d, id=name) for name, b, r, d in REJECTIONS],
+)
+def test_bad_record_is_rejected_with_a_precise_reason(
+    settings: Settings, build: Callable[[], Any], reason: Reason, detail: str
+) -> None:
+    error = rejected(build(), settings)
+    assert error.reason is reason
+    assert detail in error.detail
+
+
+def test_every_input_reason_has_a_rejection_case() -> None:
+    covered = {reason for _, _, reason, _ in REJECTIONS}
+    # bad-envelope is the emitter's verdict on a queue body, not on an input record.
+    assert covered == set(Reason) - {Reason.BAD_ENVELOPE}
+
+
+def test_reason_codes_are_the_documented_strings() -> None:
+    assert sorted(str(r) for r in Reason) == sorted(
+        [
+            "malformed-record",
+            "bad-base64",
+            "bad-headers",
+            "missing-target",
+            "target-not-allowed",
+            "missing-due",
+            "bad-due",
+            "conflicting-due",
+            "delay-too-long",
+            "payload-too-large",
+            "bad-id",
+            "bad-envelope",
+        ]
+    )
+
+
+def test_delay_limit_is_measured_from_now_not_from_the_timestamp(settings: Settings) -> None:
+    # Written a minute ago with a week's delay: due is a minute short of a week from now.
+    record = kafka_record(timestamp=NOW_MS - 60_000, target="reminders", seconds=str(WEEK_S))
+    assert parse(record, settings).due_ms == NOW_MS + WEEK_S * 1000 - 60_000
+
+
+def test_rejected_record_message_names_reason_and_detail() -> None:
+    assert str(RejectedRecord(Reason.BAD_ID, "too long")) == "bad-id: too long"
+
+
+# --- rejections keep the original record -------------------------------------------------------
+
+
+def test_rejection_keeps_the_record_and_its_coordinates(settings: Settings) -> None:
+    record = kafka_record(topic="delay-in", partition=2, offset=77, ms="1")
+    rejection = rejection_of(record, rejected(record, settings))
+    assert rejection.record is record
+    assert (rejection.topic, rejection.partition, rejection.offset) == ("delay-in", 2, 77)
+    assert rejection.reason is Reason.MISSING_TARGET
+
+
+def test_rejection_drops_coordinates_of_the_wrong_type() -> None:
+    record = {"topic": 5, "partition": True, "offset": "7"}
+    rejection = rejection_of(record, RejectedRecord(Reason.MALFORMED_RECORD, "x"))
+    assert (rejection.topic, rejection.partition, rejection.offset) == (None, None, None)
+
+
+def test_rejection_of_a_non_object_record_has_no_coordinates() -> None:
+    rejection = rejection_of("junk", RejectedRecord(Reason.MALFORMED_RECORD, "x"))
+    assert (rejection.record, rejection.topic, rejection.offset) == ("junk", None, None)
+
+
+# --- events ------------------------------------------------------------------------------------
+
+
+def test_event_records_are_yielded_partition_by_partition_in_order() -> None:
+    event = kafka_event(
+        kafka_record(partition=0, offset=1),
+        kafka_record(partition=1, offset=5),
+        kafka_record(partition=0, offset=2),
+    )
+    assert [(r["partition"], r["offset"]) for r in iter_event_records(event)] == [
+        (0, 1),
+        (0, 2),
+        (1, 5),
+    ]
+
+
+@pytest.mark.parametrize(
+    "event", [None, [], {"Records": []}, {"records": []}, {"records": {"t-0": {"offset": 1}}}]
+)
+def test_an_event_that_is_not_a_kafka_event_fails_loudly(event: Any) -> None:
+    with pytest.raises(MalformedEventError):
+        list(iter_event_records(event))
+
+
+# --- the envelope ------------------------------------------------------------------------------
+
+names = st.text(min_size=1, max_size=40)
+optional_bytes = st.none() | st.binary(max_size=300)
+requests = st.builds(
+    DelayRequest,
+    delay_id=st.text(min_size=1, max_size=c.MAX_ID_LENGTH),
+    target=names,
+    due_ms=st.integers(min_value=-(2**53), max_value=2**53),
+    key=optional_bytes,
+    value=optional_bytes,
+    headers=st.lists(st.tuples(names, optional_bytes), max_size=12).map(tuple),
+    src=names,
+    payload_ref=st.none() | st.text(max_size=200),
+)
+
+
+@PROPERTY
+@given(request=requests)
+def test_envelope_round_trips_any_request(request: DelayRequest) -> None:
+    assert Envelope.decode(Envelope(request).encode()) == Envelope(request)
+
+
+def test_envelope_encodes_the_documented_version_1_layout() -> None:
+    request = delay_request(
+        delay_id="order-1",
+        due_ms=NOW_MS,
+        key=None,
+        value=b"v",
+        headers=(("a", b"1"), ("n", None)),
+        payload_ref=None,
+    )
+    assert json.loads(Envelope(request).encode()) == {
+        "v": 1,
+        "id": "order-1",
+        "target": "orders.timeout",
+        "due_ms": NOW_MS,
+        "key": None,
+        "value": base64.b64encode(b"v").decode(),
+        "headers": [["a", base64.b64encode(b"1").decode()], ["n", None]],
+        "payload_ref": None,
+        "src": "delay-requests-0-0",
+    }
+
+
+def test_envelope_decodes_an_offloaded_value_pointer() -> None:
+    request = delay_request(value=None, payload_ref="s3://bucket/payloads/x/1")
+    assert Envelope.decode(Envelope(request).encode()).request.payload_ref == (
+        "s3://bucket/payloads/x/1"
+    )
+
+
+VALID_BODY = json.loads(Envelope(delay_request()).encode())
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("not json", "not a delay-queue envelope"),
+        ("[1, 2]", "not a delay-queue envelope"),
+        ("null", "not a delay-queue envelope"),
+        (json.dumps({**VALID_BODY, "v": 2}), "unknown envelope version 2"),
+        (json.dumps(without(VALID_BODY, "v")), "unknown envelope version None"),
+        (json.dumps(without(VALID_BODY, "id")), "not a delay-queue envelope"),
+        (json.dumps(without(VALID_BODY, "headers")), "not a delay-queue envelope"),
+        (json.dumps({**VALID_BODY, "due_ms": "soon"}), "not a delay-queue envelope"),
+        (Envelope(delay_request()).encode().replace(str(NOW_MS + 60_000), "1e400"), "not a"),
+        (json.dumps({**VALID_BODY, "value": "!!"}), "not a delay-queue envelope"),
+        (json.dumps({**VALID_BODY, "headers": [["a"]]}), "not a delay-queue envelope"),
+        (json.dumps({**VALID_BODY, "headers": 5}), "not a delay-queue envelope"),
+    ],
+)
+def test_envelope_decode_rejects_bodies_that_are_not_ours(body: str, message: str) -> None:
+    with pytest.raises(EnvelopeError, match=message):
+        Envelope.decode(body)
+
+
+@PROPERTY
+@given(request=requests)
+def test_estimated_body_bytes_is_an_upper_bound_of_the_encoded_size(request: DelayRequest) -> None:
+    assert len(Envelope(request).encode().encode()) <= estimated_body_bytes(request)
+
+
+def test_estimated_body_bytes_bounds_non_ascii_ids_and_header_names() -> None:
+    request = delay_request(delay_id="é" * c.MAX_ID_LENGTH, headers=(("ключ" * 100, None),) * 10)
+    assert len(Envelope(request).encode().encode()) <= estimated_body_bytes(request)
+
+
+def test_estimated_body_bytes_bounds_many_null_headers() -> None:
+    request = delay_request(headers=(("h", None),) * 500)
+    assert len(Envelope(request).encode().encode()) <= estimated_body_bytes(request)
+
+
+def test_estimated_body_bytes_grows_with_the_value_like_base64() -> None:
+    small = estimated_body_bytes(delay_request(value=b""))
+    assert estimated_body_bytes(delay_request(value=b"v" * 3000)) - small == 4000
+
+
+# --- delivery headers and stored headers -------------------------------------------------------
+
+
+def test_delivery_headers_are_user_headers_then_id_due_emitted_attempt() -> None:
+    request = delay_request(delay_id="order-7", due_ms=1000, headers=(("a", b"1"), ("a", None)))
+    assert delivery_headers(request, emitted_ms=1234, attempt=2) == [
+        ("a", b"1"),
+        ("a", None),
+        ("delay-id", b"order-7"),
+        ("delay-due-ms", b"1000"),
+        ("delay-emitted-ms", b"1234"),
+        ("delay-attempt", b"2"),
+    ]
+
+
+def test_headers_json_is_a_list_of_name_and_base64() -> None:
+    assert json.loads(headers_json((("a", b"\x00"), ("b", None)))) == [["a", "AA=="], ["b", None]]
+
+
+@PROPERTY
+@given(headers=st.lists(st.tuples(names, optional_bytes), max_size=10).map(tuple))
+def test_headers_json_round_trips(headers: tuple[tuple[str, bytes | None], ...]) -> None:
+    assert headers_from_json(headers_json(headers)) == headers

@@ -1,0 +1,308 @@
+"""Kafka: producer configuration per security mode, SCRAM secrets, batch delivery reports."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import boto3
+import confluent_kafka
+import pytest
+from moto import mock_aws
+
+from delayq.exceptions import ConfigurationError
+from delayq.kafka import (
+    NO_REPORT,
+    KafkaDelivery,
+    OutRecord,
+    make_producer,
+    msk_iam_token,
+    producer_config,
+    scram_credentials,
+)
+from delayq.settings import Settings
+from tests.factories import REGION, FakeProducer
+
+SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:delayq-kafka"
+
+
+def kafka_settings(security: str = "PLAINTEXT", **overrides: Any) -> Settings:
+    if security.startswith("SASL_SCRAM"):
+        overrides.setdefault("kafka_secret_arn", SECRET_ARN)
+    return Settings(kafka_bootstrap="b-1:9096,b-2:9096", kafka_security=security, **overrides)
+
+
+def record(topic: str = "orders.timeout", value: bytes | None = b"v") -> OutRecord:
+    return OutRecord(topic, b"k", value, [("trace", b"t-1"), ("empty", None)])
+
+
+@pytest.fixture
+def secrets() -> Iterator[Any]:
+    with mock_aws():
+        yield boto3.client("secretsmanager", region_name=REGION)
+
+
+# --- producer_config ---------------------------------------------------------------------------
+
+
+def test_plaintext_config_is_idempotent_with_acks_all() -> None:
+    assert producer_config(kafka_settings(kafka_timeout_seconds=2.5)) == {
+        "bootstrap.servers": "b-1:9096,b-2:9096",
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 2,
+        "message.timeout.ms": 2500,
+        "client.id": "delayq-emitter",
+        "security.protocol": "PLAINTEXT",
+    }
+
+
+def test_plaintext_config_ignores_a_ca_location() -> None:
+    config = producer_config(kafka_settings(kafka_ca_location="/etc/ca.pem"))
+    assert "ssl.ca.location" not in config
+
+
+def test_ssl_config_uses_the_ca_location_when_given() -> None:
+    config = producer_config(kafka_settings("SSL", kafka_ca_location="/etc/ca.pem"))
+    assert (config["security.protocol"], config["ssl.ca.location"]) == ("SSL", "/etc/ca.pem")
+
+
+def test_ssl_config_uses_the_system_store_by_default() -> None:
+    config = producer_config(kafka_settings("SSL"))
+    assert config["security.protocol"] == "SSL"
+    assert "ssl.ca.location" not in config
+
+
+@pytest.mark.parametrize(
+    ("security", "mechanism"),
+    [("SASL_SCRAM_SHA_512", "SCRAM-SHA-512"), ("SASL_SCRAM_SHA_256", "SCRAM-SHA-256")],
+)
+def test_scram_config_uses_the_mechanism_and_the_credentials(security: str, mechanism: str) -> None:
+    config = producer_config(
+        kafka_settings(security), credentials={"username": "alice", "password": "s3cret"}
+    )
+    assert {k: config[k] for k in config if k.startswith(("sasl.", "security."))} == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": mechanism,
+        "sasl.username": "alice",
+        "sasl.password": "s3cret",
+    }
+
+
+def test_scram_config_without_credentials_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="SASL_SCRAM_SHA_512 needs credentials"):
+        producer_config(kafka_settings("SASL_SCRAM_SHA_512"))
+
+
+def test_msk_iam_config_uses_oauthbearer_tokens_from_the_provider() -> None:
+    asked: list[str] = []
+
+    def provider(region: str) -> tuple[str, int]:
+        asked.append(region)
+        return "signed-token", 1_795_248_900_000
+
+    config = producer_config(kafka_settings("MSK_IAM", region="eu-west-1"), token_provider=provider)
+    assert (config["security.protocol"], config["sasl.mechanisms"]) == ("SASL_SSL", "OAUTHBEARER")
+    assert asked == []
+    assert config["oauth_cb"]("ignored-oauthbearer-config") == ("signed-token", 1_795_248_900.0)
+    assert asked == ["eu-west-1"]
+
+
+def test_msk_iam_config_keeps_a_ca_location() -> None:
+    config = producer_config(
+        kafka_settings("MSK_IAM", kafka_ca_location="/etc/ca.pem"),
+        token_provider=lambda _: ("t", 0),
+    )
+    assert config["ssl.ca.location"] == "/etc/ca.pem"
+
+
+def test_config_without_bootstrap_servers_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="DELAYQ_KAFKA_BOOTSTRAP"):
+        producer_config(Settings())
+
+
+def test_msk_iam_token_is_a_presigned_connect_url_for_the_region() -> None:
+    token, expiry_ms = msk_iam_token("eu-west-1")
+    url = urlparse(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode())
+    assert url.hostname == "kafka.eu-west-1.amazonaws.com"
+    assert parse_qs(url.query)["Action"] == ["kafka-cluster:Connect"]
+    assert expiry_ms > 1_700_000_000_000
+
+
+# --- SCRAM credentials -------------------------------------------------------------------------
+
+
+def test_scram_credentials_are_read_from_secrets_manager(secrets: Any) -> None:
+    arn = secrets.create_secret(
+        Name="delayq-kafka",
+        SecretString=json.dumps({"username": "alice", "password": "s3cret", "note": "x"}),
+    )["ARN"]
+    assert scram_credentials(secrets, arn) == {"username": "alice", "password": "s3cret"}
+
+
+@pytest.mark.parametrize(
+    "secret_string",
+    [
+        "alice:s3cret",
+        json.dumps({"username": "alice"}),
+        json.dumps(["alice", "s3cret"]),
+        json.dumps("alice"),
+        json.dumps({"username": None, "password": "s3cret"}),
+        json.dumps({"username": "alice", "password": 1234}),
+    ],
+)
+def test_a_secret_of_the_wrong_shape_is_a_configuration_error(
+    secrets: Any, secret_string: str
+) -> None:
+    arn = secrets.create_secret(Name="delayq-kafka", SecretString=secret_string)["ARN"]
+    with pytest.raises(ConfigurationError, match="'username' and 'password'"):
+        scram_credentials(secrets, arn)
+
+
+def test_a_binary_secret_is_a_configuration_error(secrets: Any) -> None:
+    arn = secrets.create_secret(Name="delayq-kafka", SecretBinary=b"\x00\x01")["ARN"]
+    with pytest.raises(ConfigurationError, match="'username' and 'password'"):
+        scram_credentials(secrets, arn)
+
+
+# --- make_producer -----------------------------------------------------------------------------
+
+
+class CapturedProducer:
+    """Stands in for confluent_kafka.Producer: keeps the configuration, connects nowhere."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+
+
+@pytest.fixture
+def captured(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(confluent_kafka, "Producer", CapturedProducer)
+
+
+@pytest.mark.usefixtures("captured")
+def test_make_producer_builds_a_producer_with_the_mode_config() -> None:
+    producer = make_producer(kafka_settings())
+    assert producer.config == producer_config(kafka_settings())
+
+
+@pytest.mark.usefixtures("captured")
+def test_make_producer_reads_the_scram_secret_once(secrets: Any) -> None:
+    arn = secrets.create_secret(
+        Name="delayq-kafka", SecretString=json.dumps({"username": "bob", "password": "pw"})
+    )["ARN"]
+    producer = make_producer(kafka_settings("SASL_SCRAM_SHA_256", kafka_secret_arn=arn), secrets)
+    assert (producer.config["sasl.username"], producer.config["sasl.password"]) == ("bob", "pw")
+
+
+@pytest.mark.usefixtures("captured")
+def test_make_producer_for_scram_needs_a_secrets_client() -> None:
+    with pytest.raises(ConfigurationError, match="Secrets Manager client"):
+        make_producer(kafka_settings("SASL_SCRAM_SHA_512"))
+
+
+# --- KafkaDelivery -----------------------------------------------------------------------------
+
+
+class FullOnce(FakeProducer):
+    """Its local queue is full for the first produce() call (BufferError), then has room."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.full = True
+        self.polls: list[float] = []
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        headers: list[tuple[str, bytes | None]] | None = None,
+        on_delivery: Any = None,
+    ) -> None:
+        if self.full:
+            self.full = False
+            raise BufferError("Local: Queue full")
+        super().produce(topic, value, key, headers, on_delivery)
+
+    def poll(self, timeout: float = 0) -> int:
+        self.polls.append(timeout)
+        return super().poll(timeout)
+
+
+class SlowReports(FakeProducer):
+    """Reports arrive only on the second flush() call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushes: list[float] = []
+
+    def flush(self, timeout: float = 0) -> int:
+        self.flushes.append(timeout)
+        if len(self.flushes) == 1:
+            return len(self._pending)
+        return super().flush(timeout)
+
+
+def test_deliver_returns_none_for_every_acknowledged_record() -> None:
+    producer = FakeProducer()
+    results = KafkaDelivery(producer, 1.0).deliver([record("orders.a"), record("reminders")])
+    assert results == [None, None]
+    assert [(p.topic, p.key, p.value, p.headers) for p in producer.produced] == [
+        ("orders.a", b"k", b"v", [("trace", b"t-1"), ("empty", None)]),
+        ("reminders", b"k", b"v", [("trace", b"t-1"), ("empty", None)]),
+    ]
+
+
+def test_deliver_reports_each_failed_record_with_its_error() -> None:
+    producer = FakeProducer(fail_topics={"orders.gone"})
+    results = KafkaDelivery(producer, 1.0).deliver(
+        [record("orders.a"), record("orders.gone"), record("reminders")]
+    )
+    assert results == [None, "KafkaError{code=UNKNOWN_TOPIC_OR_PART}", None]
+
+
+def test_a_full_local_queue_is_served_and_the_record_produced_again() -> None:
+    producer = FullOnce()
+    results = KafkaDelivery(producer, 1.0).deliver([record()])
+    assert results == [None]
+    assert producer.polls == [0.05]
+    assert len(producer.produced) == 1
+
+
+def test_a_refused_produce_fails_that_record_only() -> None:
+    results: list[str | None] = []
+    KafkaDelivery(FakeProducer(refuse=True), 1.0).produce(record(), results.append)
+    assert results == ["produce refused: refused by the test"]
+
+
+def test_records_without_a_delivery_report_stay_failed() -> None:
+    producer = FakeProducer(silent=True)
+    delivery = KafkaDelivery(producer, 0.0)
+    assert delivery.deliver([record(), record()]) == [NO_REPORT, NO_REPORT]
+    assert producer.produced == []
+
+
+def test_flush_returns_how_many_reports_are_still_missing() -> None:
+    producer = FakeProducer(silent=True)
+    delivery = KafkaDelivery(producer, 0.0)
+    delivery.produce(record(), lambda _: None)
+    assert delivery.flush() == 1
+
+
+def test_flush_keeps_waiting_for_late_reports_within_the_timeout() -> None:
+    producer = SlowReports()
+    delivery = KafkaDelivery(producer, 30.0)
+    assert delivery.deliver([record()]) == [None]
+    assert len(producer.flushes) == 2
+    assert producer.flushes[0] == 30.0
+    assert 0 < producer.flushes[1] <= 30.0
+
+
+def test_deliver_of_no_records_produces_nothing() -> None:
+    producer = FakeProducer()
+    assert KafkaDelivery(producer, 1.0).deliver([]) == []
+    assert producer.produced == []

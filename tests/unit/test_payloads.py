@@ -1,0 +1,203 @@
+"""The S3 claim-check on moto: offload, restore, delete, oversize rejects, references."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from delayq.contract import Reason, Rejection
+from delayq.exceptions import PayloadStoreError
+from delayq.payloads import PayloadStore, parse_ref, payload_key
+from delayq.retry import Deadline
+from tests.factories import (
+    NOW_MS,
+    AwsResources,
+    ClientProxy,
+    client_error,
+    delay_request,
+    no_sleep_backoff,
+)
+
+VALUE = bytes(range(256)) * 1024
+
+
+def deadline() -> Deadline:
+    return Deadline.after(60)
+
+
+@pytest.fixture
+def payloads(aws: AwsResources) -> PayloadStore:
+    return PayloadStore(aws.s3, aws.settings.payload_bucket, no_sleep_backoff())
+
+
+def object_body(aws: AwsResources, ref: str) -> bytes:
+    bucket, key = parse_ref(ref)
+    return aws.s3.get_object(Bucket=bucket, Key=key)["Body"].read()  # type: ignore[no-any-return]
+
+
+def keys(aws: AwsResources) -> list[str]:
+    listing = aws.s3.list_objects_v2(Bucket=aws.settings.payload_bucket)
+    return [o["Key"] for o in listing.get("Contents", [])]
+
+
+# --- references --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ref", "parts"),
+    [
+        ("s3://bucket/key", ("bucket", "key")),
+        ("s3://bucket/payloads/ab/1795248000000", ("bucket", "payloads/ab/1795248000000")),
+    ],
+)
+def test_parse_ref_splits_bucket_and_key(ref: str, parts: tuple[str, str]) -> None:
+    assert parse_ref(ref) == parts
+
+
+@pytest.mark.parametrize(
+    "ref", ["", "bucket/key", "https://bucket/key", "s3://bucket", "s3://bucket/", "s3:///key"]
+)
+def test_parse_ref_refuses_what_is_not_an_s3_object(ref: str) -> None:
+    with pytest.raises(PayloadStoreError, match="not an s3:// reference"):
+        parse_ref(ref)
+
+
+def test_payload_key_is_per_id_and_due() -> None:
+    key = payload_key(delay_request(delay_id="order-1", due_ms=NOW_MS))
+    assert re.fullmatch(rf"payloads/[0-9a-f]{{32}}/{NOW_MS}", key)
+    assert payload_key(delay_request(delay_id="order-1", due_ms=NOW_MS + 1)) != key
+    assert (
+        payload_key(delay_request(delay_id="order-2", due_ms=NOW_MS)).split("/")[1]
+        != (key.split("/")[1])
+    )
+
+
+def test_payload_key_of_an_awkward_id_is_a_plain_object_key() -> None:
+    key = payload_key(delay_request(delay_id="../a b/ключ", due_ms=NOW_MS))
+    assert re.fullmatch(rf"payloads/[0-9a-f]{{32}}/{NOW_MS}", key)
+
+
+# --- offload and restore -----------------------------------------------------------------------
+
+
+def test_offload_moves_the_value_to_s3_and_leaves_a_pointer(
+    payloads: PayloadStore, aws: AwsResources
+) -> None:
+    request = delay_request(value=VALUE)
+    offloaded = payloads.offload(request, deadline())
+    assert offloaded.value is None
+    assert offloaded.payload_ref == f"s3://{aws.settings.payload_bucket}/{payload_key(request)}"
+    assert object_body(aws, offloaded.payload_ref) == VALUE
+
+
+def test_offload_keeps_everything_but_the_value(payloads: PayloadStore) -> None:
+    request = delay_request(value=VALUE, key=b"\x00k", headers=(("h", None),))
+    offloaded = payloads.offload(request, deadline())
+    assert (offloaded.delay_id, offloaded.key, offloaded.headers, offloaded.due_ms) == (
+        request.delay_id,
+        request.key,
+        request.headers,
+        request.due_ms,
+    )
+
+
+def test_restore_brings_back_the_original_value_and_keeps_the_pointer(
+    payloads: PayloadStore,
+) -> None:
+    offloaded = payloads.offload(delay_request(value=VALUE), deadline())
+    restored = payloads.restore(offloaded, deadline())
+    assert (restored.value, restored.payload_ref) == (VALUE, offloaded.payload_ref)
+
+
+def test_restore_passes_a_request_without_pointer_through(payloads: PayloadStore) -> None:
+    request = delay_request(value=b"inline")
+    assert payloads.restore(request, deadline()) is request
+
+
+def test_restore_of_a_missing_object_is_a_payload_error(
+    payloads: PayloadStore, aws: AwsResources
+) -> None:
+    ref = f"s3://{aws.settings.payload_bucket}/payloads/gone/1"
+    with pytest.raises(PayloadStoreError, match="get payload"):
+        payloads.restore(delay_request(value=None, payload_ref=ref), deadline())
+
+
+def test_restore_of_a_bad_reference_is_a_payload_error(payloads: PayloadStore) -> None:
+    with pytest.raises(PayloadStoreError, match="not an s3:// reference"):
+        payloads.restore(delay_request(value=None, payload_ref="/tmp/x"), deadline())
+
+
+def test_offload_to_a_missing_bucket_is_a_payload_error(aws: AwsResources) -> None:
+    store = PayloadStore(aws.s3, "no-such-bucket", no_sleep_backoff())
+    with pytest.raises(PayloadStoreError, match="put payload"):
+        store.offload(delay_request(value=VALUE), deadline())
+
+
+def test_a_throttled_offload_is_retried(aws: AwsResources) -> None:
+    def put_object(**kwargs: Any) -> Any:
+        if len(proxy.calls) == 1:
+            raise client_error("SlowDown", status=503)
+        return aws.s3.put_object(**kwargs)
+
+    proxy = ClientProxy(aws.s3, put_object=put_object)
+    store = PayloadStore(proxy, aws.settings.payload_bucket, no_sleep_backoff())
+    offloaded = store.offload(delay_request(value=VALUE), deadline())
+    assert offloaded.payload_ref is not None
+    assert object_body(aws, offloaded.payload_ref) == VALUE
+    assert len(proxy.calls) == 2
+
+
+# --- delete ------------------------------------------------------------------------------------
+
+
+def test_delete_removes_the_object(payloads: PayloadStore, aws: AwsResources) -> None:
+    ref = payloads.offload(delay_request(value=VALUE), deadline()).payload_ref
+    assert ref is not None
+    payloads.delete(ref, deadline())
+    assert keys(aws) == []
+
+
+def test_delete_of_a_missing_object_is_fine(payloads: PayloadStore, aws: AwsResources) -> None:
+    payloads.delete(f"s3://{aws.settings.payload_bucket}/payloads/gone/1", deadline())
+    assert keys(aws) == []
+
+
+def test_delete_of_a_bad_reference_is_a_payload_error(payloads: PayloadStore) -> None:
+    with pytest.raises(PayloadStoreError):
+        payloads.delete("s3://bucket-only", deadline())
+
+
+# --- oversize rejects --------------------------------------------------------------------------
+
+
+def test_put_rejected_keeps_the_original_bytes_under_its_coordinates(
+    payloads: PayloadStore, aws: AwsResources
+) -> None:
+    original = b'{"topic":"t","partition":2,"offset":9}'
+    rejection = Rejection(Reason.PAYLOAD_TOO_LARGE, "too big", {}, "t", 2, 9)
+    ref = payloads.put_rejected(rejection, original, deadline())
+    bucket, key = parse_ref(ref)
+    assert bucket == aws.settings.payload_bucket
+    assert re.fullmatch(r"rejected/t/2/9-[0-9a-f]{16}\.json", key)
+    stored = aws.s3.get_object(Bucket=bucket, Key=key)
+    assert (stored["Body"].read(), stored["ContentType"]) == (original, "application/json")
+
+
+def test_put_rejected_without_coordinates_still_keeps_the_record(
+    payloads: PayloadStore, aws: AwsResources
+) -> None:
+    rejection = Rejection(Reason.MALFORMED_RECORD, "x", "junk", None, None, None)
+    ref = payloads.put_rejected(rejection, b'"junk"', deadline())
+    assert object_body(aws, ref) == b'"junk"'
+
+
+def test_two_different_records_at_one_offset_are_both_kept(
+    payloads: PayloadStore, aws: AwsResources
+) -> None:
+    rejection = Rejection(Reason.MALFORMED_RECORD, "x", {}, "t", 0, 1)
+    first = payloads.put_rejected(rejection, b"[1]", deadline())
+    second = payloads.put_rejected(rejection, b"[2]", deadline())
+    assert first != second
+    assert (object_body(aws, first), object_body(aws, second)) == (b"[1]", b"[2]")

@@ -1,0 +1,467 @@
+"""The DynamoDB adapter on moto: items, shards, TTL filtering, batches, cancels, watermark."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, cast
+
+import pytest
+
+from delayq import buckets
+from delayq.contract import DelayRequest
+from delayq.exceptions import RetriesExhaustedError, StoreError, WatermarkConflictError
+from delayq.retry import Deadline
+from delayq.settings import Settings
+from delayq.store import MessageStore, cancel_key, message_item, request_from_item
+from tests.factories import (
+    NOW_MS,
+    AwsResources,
+    ClientProxy,
+    client_error,
+    delay_request,
+    no_sleep_backoff,
+)
+
+DUE_MS = NOW_MS + 3_600_000 + 250
+DUE_S = DUE_MS // 1000
+
+
+def make_store(client: Any, settings: Settings, **overrides: Any) -> MessageStore:
+    options: dict[str, Any] = {
+        "shards": settings.shards,
+        "ttl_grace_seconds": settings.ttl_grace_seconds,
+        "max_delay_seconds": settings.max_delay_seconds,
+        "backoff": no_sleep_backoff(),
+    }
+    options.update(overrides)
+    return MessageStore(client, settings.table_name, **options)
+
+
+@pytest.fixture
+def store(aws: AwsResources) -> MessageStore:
+    return make_store(aws.dynamodb, aws.settings)
+
+
+def deadline() -> Deadline:
+    return Deadline.after(60)
+
+
+def all_items(aws: AwsResources) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = aws.dynamodb.scan(TableName=aws.settings.table_name)["Items"]
+    return items
+
+
+def requests(count: int, due_ms: int = DUE_MS) -> list[DelayRequest]:
+    return [delay_request(delay_id=f"order-{i}", due_ms=due_ms) for i in range(count)]
+
+
+def query_one(store: MessageStore, second: int, now_ms: int) -> list[DelayRequest]:
+    return store.query_seconds([second], now_ms, deadline())[second]
+
+
+def sorted_by_id(found: list[DelayRequest]) -> list[DelayRequest]:
+    return sorted(found, key=lambda r: r.delay_id)
+
+
+# --- messages ----------------------------------------------------------------------------------
+
+
+def test_a_stored_message_comes_back_unchanged(store: MessageStore) -> None:
+    request = delay_request(
+        key=b"\x00\xffkey",
+        value=b"\x80binary\x00",
+        headers=(("trace", b"t-1"), ("empty", None), ("trace", b"t-2"), ("raw", b"\xff")),
+        due_ms=DUE_MS,
+    )
+    store.put_messages([request], NOW_MS, deadline())
+    assert query_one(store, DUE_S, NOW_MS) == [request]
+
+
+def test_missing_key_and_value_come_back_as_none(store: MessageStore) -> None:
+    request = delay_request(key=None, value=None, headers=(), due_ms=DUE_MS)
+    store.put_messages([request], NOW_MS, deadline())
+    assert query_one(store, DUE_S, NOW_MS) == [request]
+
+
+def test_an_offloaded_message_keeps_its_pointer(store: MessageStore) -> None:
+    request = delay_request(value=None, payload_ref="s3://bucket/payloads/abc/1", due_ms=DUE_MS)
+    store.put_messages([request], NOW_MS, deadline())
+    assert query_one(store, DUE_S, NOW_MS) == [request]
+
+
+def test_message_item_has_the_documented_layout() -> None:
+    request = delay_request(
+        delay_id="order-1", key=b"k", value=b"vv", headers=(("h", b"1"),), due_ms=DUE_MS
+    )
+    item = message_item(request, shards=4, ttl_grace_seconds=600, now_ms=NOW_MS)
+    assert item == {
+        "pk": {"S": f"{DUE_S}#3"},  # crc32("order-1") % 4 == 3
+        "sk": {"S": "order-1"},
+        "kind": {"S": "msg"},
+        "due_ms": {"N": str(DUE_MS)},
+        "target": {"S": "orders.timeout"},
+        "key": {"B": b"k"},
+        "value": {"B": b"vv"},
+        "headers": {"S": '[["h","MQ=="]]'},
+        "src": {"S": "delay-requests-0-0"},
+        "size": {"N": "5"},
+        "ingested_ms": {"N": str(NOW_MS)},
+        "expires_at": {"N": str(DUE_S + 1 + 600)},
+    }
+
+
+def test_request_from_a_stream_image_decodes_base64_binaries() -> None:
+    item = message_item(delay_request(key=b"\x00k", value=b"\xffv"), 4, 600, NOW_MS)
+    image = {
+        **item,
+        "key": {"B": base64.b64encode(b"\x00k").decode()},
+        "value": {"B": base64.b64encode(b"\xffv").decode()},
+    }
+    assert (request_from_item(image).key, request_from_item(image).value) == (b"\x00k", b"\xffv")
+
+
+def test_ids_of_one_second_are_spread_over_every_shard(
+    store: MessageStore, aws: AwsResources
+) -> None:
+    store.put_messages(requests(40), NOW_MS, deadline())
+    pks = {i["pk"]["S"] for i in all_items(aws)}
+    assert pks == {f"{DUE_S}#{s}" for s in range(aws.settings.shards)}
+    assert len(query_one(store, DUE_S, NOW_MS)) == 40
+
+
+def test_query_returns_only_the_asked_second(store: MessageStore) -> None:
+    store.put_messages(
+        [
+            delay_request(delay_id="before", due_ms=DUE_S * 1000 - 1),
+            delay_request(delay_id="first-ms", due_ms=DUE_S * 1000),
+            delay_request(delay_id="last-ms", due_ms=DUE_S * 1000 + 999),
+            delay_request(delay_id="after", due_ms=DUE_S * 1000 + 1000),
+        ],
+        NOW_MS,
+        deadline(),
+    )
+    found = query_one(store, DUE_S, NOW_MS)
+    assert sorted(r.delay_id for r in found) == ["first-ms", "last-ms"]
+
+
+def test_an_empty_second_queries_to_nothing(store: MessageStore) -> None:
+    assert query_one(store, DUE_S, NOW_MS) == []
+
+
+def test_query_seconds_groups_messages_by_second_and_lists_empty_ones(
+    store: MessageStore,
+) -> None:
+    store.put_messages(
+        [
+            delay_request(delay_id="a", due_ms=DUE_S * 1000),
+            delay_request(delay_id="b", due_ms=(DUE_S + 2) * 1000 + 10),
+            delay_request(delay_id="c", due_ms=(DUE_S + 2) * 1000 + 20),
+        ],
+        NOW_MS,
+        deadline(),
+    )
+    found = store.query_seconds(range(DUE_S, DUE_S + 3), NOW_MS, deadline())
+    assert {second: sorted(r.delay_id for r in rs) for second, rs in found.items()} == {
+        DUE_S: ["a"],
+        DUE_S + 1: [],
+        DUE_S + 2: ["b", "c"],
+    }
+
+
+def test_query_seconds_reads_every_shard_of_every_second(aws: AwsResources) -> None:
+    proxy = ClientProxy(aws.dynamodb, query=aws.dynamodb.query)
+    store = make_store(proxy, aws.settings)
+    store.query_seconds([DUE_S, DUE_S + 1], NOW_MS, deadline())
+    asked = {kw["ExpressionAttributeValues"][":pk"]["S"] for _, kw in proxy.calls}
+    assert asked == {f"{s}#{shard}" for s in (DUE_S, DUE_S + 1) for shard in range(4)}
+
+
+def test_query_seconds_of_no_seconds_asks_nothing(aws: AwsResources) -> None:
+    proxy = ClientProxy(aws.dynamodb, query=aws.dynamodb.query)
+    assert make_store(proxy, aws.settings).query_seconds([], NOW_MS, deadline()) == {}
+    assert proxy.calls == []
+
+
+@pytest.mark.parametrize(("after_expiry_ms", "found"), [(-1, 1), (0, 0), (5000, 0)])
+def test_expired_items_are_filtered_out_by_the_query(
+    aws: AwsResources, after_expiry_ms: int, found: int
+) -> None:
+    store = make_store(aws.dynamodb, aws.settings, ttl_grace_seconds=10)
+    store.put_messages([delay_request(due_ms=NOW_MS)], NOW_MS, deadline())
+    expires_ms = (NOW_MS // 1000 + 10) * 1000
+    now_ms = expires_ms + after_expiry_ms
+    assert len(query_one(store, NOW_MS // 1000, now_ms)) == found
+
+
+def test_query_follows_every_page(aws: AwsResources) -> None:
+    def query(**kwargs: Any) -> Any:
+        return aws.dynamodb.query(**kwargs, Limit=1)
+
+    proxy = ClientProxy(aws.dynamodb, query=query)
+    store = make_store(proxy, aws.settings.with_overrides(shards=1))
+    store.put_messages(requests(3), NOW_MS, deadline())
+    assert len(query_one(store, DUE_S, NOW_MS)) == 3
+    assert len(proxy.calls) >= 3
+
+
+def strict_batch_writes(aws: AwsResources) -> ClientProxy:
+    """moto accepts one key twice in a BatchWriteItem; DynamoDB refuses the whole call."""
+    table = aws.settings.table_name
+
+    def batch_write_item(**kwargs: Any) -> Any:
+        keys = [
+            (p["PutRequest"]["Item"]["pk"]["S"], p["PutRequest"]["Item"]["sk"]["S"])
+            for p in kwargs["RequestItems"][table]
+        ]
+        if len(set(keys)) != len(keys):
+            raise client_error("ValidationException")
+        return aws.dynamodb.batch_write_item(**kwargs)
+
+    return ClientProxy(aws.dynamodb, batch_write_item=batch_write_item)
+
+
+def test_one_id_twice_in_a_batch_is_one_item_the_last_write_wins(aws: AwsResources) -> None:
+    store = make_store(strict_batch_writes(aws), aws.settings)
+    first = delay_request(delay_id="dup", value=b"first", due_ms=DUE_MS)
+    last = delay_request(delay_id="dup", value=b"last", due_ms=DUE_MS)
+    store.put_messages([first, last], NOW_MS, deadline())
+    assert query_one(store, DUE_S, NOW_MS) == [last]
+    assert len(all_items(aws)) == 1
+
+
+def test_one_cancel_twice_in_a_batch_is_one_marker(aws: AwsResources) -> None:
+    store = make_store(strict_batch_writes(aws), aws.settings)
+    store.put_cancels(["order-1", "order-1"], NOW_MS, deadline())
+    assert store.cancelled(["order-1"], deadline()) == {"order-1"}
+
+
+def test_one_id_with_two_due_seconds_is_two_items(store: MessageStore, aws: AwsResources) -> None:
+    store.put_messages(
+        [
+            delay_request(delay_id="dup", due_ms=DUE_MS),
+            delay_request(delay_id="dup", due_ms=DUE_MS + 1000),
+        ],
+        NOW_MS,
+        deadline(),
+    )
+    assert len(all_items(aws)) == 2
+
+
+def test_more_than_25_items_are_written_in_batches_of_25(aws: AwsResources) -> None:
+    proxy = ClientProxy(aws.dynamodb, batch_write_item=aws.dynamodb.batch_write_item)
+    store = make_store(proxy, aws.settings)
+    store.put_messages(requests(60), NOW_MS, deadline())
+    sizes = [len(kw["RequestItems"][aws.settings.table_name]) for _, kw in proxy.calls]
+    assert sizes == [25, 25, 10]
+    assert len(query_one(store, DUE_S, NOW_MS)) == 60
+
+
+def test_unprocessed_items_are_written_again_and_only_those(aws: AwsResources) -> None:
+    table = aws.settings.table_name
+
+    def batch_write_item(**kwargs: Any) -> Any:
+        puts = kwargs["RequestItems"][table]
+        if len(proxy.calls) == 1:
+            aws.dynamodb.batch_write_item(RequestItems={table: puts[:-3]})
+            return {"UnprocessedItems": {table: puts[-3:]}}
+        return aws.dynamodb.batch_write_item(**kwargs)
+
+    proxy = ClientProxy(aws.dynamodb, batch_write_item=batch_write_item)
+    store = make_store(proxy, aws.settings)
+    store.put_messages(requests(10), NOW_MS, deadline())
+    first, second = (kw["RequestItems"][table] for _, kw in proxy.calls)
+    assert second == first[-3:]
+    assert sorted_by_id(query_one(store, DUE_S, NOW_MS)) == sorted_by_id(requests(10))
+
+
+def test_items_never_processed_raise_with_the_unsent_items(aws: AwsResources) -> None:
+    table = aws.settings.table_name
+
+    def batch_write_item(**kwargs: Any) -> Any:
+        return {"UnprocessedItems": {table: kwargs["RequestItems"][table]}}
+
+    proxy = ClientProxy(aws.dynamodb, batch_write_item=batch_write_item)
+    store = make_store(proxy, aws.settings, backoff=no_sleep_backoff(3))
+    with pytest.raises(RetriesExhaustedError) as caught:
+        store.put_messages(requests(2), NOW_MS, deadline())
+    assert len(proxy.calls) == 3
+    unsent = cast("list[dict[str, Any]]", caught.value.unsent)
+    assert sorted(i["sk"]["S"] for i in unsent) == ["order-0", "order-1"]
+
+
+def test_a_throttled_batch_is_written_again(aws: AwsResources) -> None:
+    def batch_write_item(**kwargs: Any) -> Any:
+        if len(proxy.calls) == 1:
+            raise client_error("ProvisionedThroughputExceededException")
+        return aws.dynamodb.batch_write_item(**kwargs)
+
+    proxy = ClientProxy(aws.dynamodb, batch_write_item=batch_write_item)
+    make_store(proxy, aws.settings).put_messages(requests(2), NOW_MS, deadline())
+    assert len(all_items(aws)) == 2
+    assert len(proxy.calls) == 2
+
+
+# --- non-retryable errors ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def missing_table(aws: AwsResources) -> MessageStore:
+    return make_store(aws.dynamodb, aws.settings.with_overrides(table_name="no-such-table"))
+
+
+def test_put_messages_to_a_missing_table_is_a_store_error(missing_table: MessageStore) -> None:
+    with pytest.raises(StoreError, match="BatchWriteItem failed") as caught:
+        missing_table.put_messages(requests(1), NOW_MS, deadline())
+    assert caught.value.__cause__.response["Error"]["Code"] == "ResourceNotFoundException"  # type: ignore[union-attr]
+
+
+def test_query_of_a_missing_table_is_a_store_error(missing_table: MessageStore) -> None:
+    with pytest.raises(StoreError, match="query due-second"):
+        query_one(missing_table, DUE_S, NOW_MS)
+
+
+def test_reading_cancels_of_a_missing_table_is_a_store_error(missing_table: MessageStore) -> None:
+    with pytest.raises(StoreError, match="read cancel markers"):
+        missing_table.cancelled(["order-1"], deadline())
+
+
+def test_reading_the_watermark_of_a_missing_table_is_a_store_error(
+    missing_table: MessageStore,
+) -> None:
+    with pytest.raises(StoreError, match="read watermark"):
+        missing_table.get_watermark(deadline())
+
+
+def test_advancing_the_watermark_of_a_missing_table_is_not_a_conflict(
+    missing_table: MessageStore,
+) -> None:
+    with pytest.raises(StoreError) as caught:
+        missing_table.advance_watermark(None, DUE_S, NOW_MS, deadline())
+    assert not isinstance(caught.value, WatermarkConflictError)
+
+
+def test_put_item_to_a_missing_table_is_a_store_error(missing_table: MessageStore) -> None:
+    with pytest.raises(StoreError, match="put item"):
+        missing_table.put_item({"pk": {"S": "stats#1"}, "sk": {"S": "x"}}, deadline())
+
+
+def test_put_item_writes_one_item(store: MessageStore, aws: AwsResources) -> None:
+    store.put_item({"pk": {"S": "stats#1"}, "sk": {"S": "inv-1"}, "n": {"N": "3"}}, deadline())
+    assert all_items(aws) == [{"pk": {"S": "stats#1"}, "sk": {"S": "inv-1"}, "n": {"N": "3"}}]
+
+
+# --- cancel markers ----------------------------------------------------------------------------
+
+
+def test_cancel_marker_has_the_documented_layout(store: MessageStore, aws: AwsResources) -> None:
+    store.put_cancels(["order-1"], NOW_MS, deadline())
+    s = aws.settings
+    assert all_items(aws) == [
+        {
+            "pk": {"S": "cancel#3"},  # crc32("order-1") % 4 == 3
+            "sk": {"S": "order-1"},
+            "kind": {"S": "cancel"},
+            "cancelled_ms": {"N": str(NOW_MS)},
+            "expires_at": {"N": str(NOW_MS // 1000 + s.max_delay_seconds + s.ttl_grace_seconds)},
+        }
+    ]
+
+
+def test_cancel_key_shards_by_id() -> None:
+    assert cancel_key("order-2", 16) == {"pk": {"S": "cancel#5"}, "sk": {"S": "order-2"}}
+
+
+def test_cancelled_finds_exactly_the_marked_ids_over_many_batches(aws: AwsResources) -> None:
+    proxy = ClientProxy(aws.dynamodb, batch_get_item=aws.dynamodb.batch_get_item)
+    store = make_store(proxy, aws.settings)
+    marked = [f"order-{i}" for i in range(0, 250, 2)]
+    store.put_cancels(marked, NOW_MS, deadline())
+    asked = [f"order-{i}" for i in range(250)] + ["order-0"]
+    assert store.cancelled(asked, deadline()) == set(marked)
+    table = aws.settings.table_name
+    assert [len(kw["RequestItems"][table]["Keys"]) for _, kw in proxy.calls] == [100, 100, 50]
+
+
+def test_cancelled_of_no_ids_asks_nothing(aws: AwsResources) -> None:
+    proxy = ClientProxy(aws.dynamodb, batch_get_item=aws.dynamodb.batch_get_item)
+    assert make_store(proxy, aws.settings).cancelled([], deadline()) == set()
+    assert proxy.calls == []
+
+
+def test_unprocessed_cancel_keys_are_read_again(aws: AwsResources) -> None:
+    table = aws.settings.table_name
+
+    def batch_get_item(**kwargs: Any) -> Any:
+        request = kwargs["RequestItems"][table]
+        if len(proxy.calls) == 1:
+            response = aws.dynamodb.batch_get_item(
+                RequestItems={table: {**request, "Keys": request["Keys"][:1]}}
+            )
+            response["UnprocessedKeys"] = {table: {**request, "Keys": request["Keys"][1:]}}
+            return response
+        return aws.dynamodb.batch_get_item(**kwargs)
+
+    proxy = ClientProxy(aws.dynamodb, batch_get_item=batch_get_item)
+    store = make_store(proxy, aws.settings)
+    store.put_cancels(["a", "b", "c"], NOW_MS, deadline())
+    assert store.cancelled(["a", "b", "c", "d"], deadline()) == {"a", "b", "c"}
+    assert [len(kw["RequestItems"][table]["Keys"]) for _, kw in proxy.calls] == [4, 3]
+
+
+# --- the watermark -----------------------------------------------------------------------------
+
+
+def test_there_is_no_watermark_before_the_first_run(store: MessageStore) -> None:
+    assert store.get_watermark(deadline()) is None
+
+
+def test_the_watermark_advances_from_none_then_from_its_value(store: MessageStore) -> None:
+    store.advance_watermark(None, DUE_S, NOW_MS, deadline())
+    store.advance_watermark(DUE_S, DUE_S + 60, NOW_MS + 1, deadline())
+    assert store.get_watermark(deadline()) == DUE_S + 60
+
+
+def test_the_watermark_item_records_when_it_moved(store: MessageStore, aws: AwsResources) -> None:
+    store.advance_watermark(None, DUE_S, NOW_MS, deadline())
+    assert all_items(aws) == [
+        {
+            "pk": {"S": "meta#watermark"},
+            "sk": {"S": "-"},
+            "kind": {"S": "watermark"},
+            "second": {"N": str(DUE_S)},
+            "updated_ms": {"N": str(NOW_MS)},
+        }
+    ]
+
+
+def test_advancing_from_a_stale_value_is_a_conflict(store: MessageStore) -> None:
+    store.advance_watermark(None, DUE_S, NOW_MS, deadline())
+    store.advance_watermark(DUE_S, DUE_S + 10, NOW_MS, deadline())
+    with pytest.raises(WatermarkConflictError, match=f"no longer {DUE_S}"):
+        store.advance_watermark(DUE_S, DUE_S + 5, NOW_MS, deadline())
+    assert store.get_watermark(deadline()) == DUE_S + 10
+
+
+def test_a_second_first_run_is_a_conflict(store: MessageStore) -> None:
+    store.advance_watermark(None, DUE_S, NOW_MS, deadline())
+    with pytest.raises(WatermarkConflictError):
+        store.advance_watermark(None, DUE_S + 1, NOW_MS, deadline())
+    assert store.get_watermark(deadline()) == DUE_S
+
+
+def test_a_throttled_watermark_read_is_retried(aws: AwsResources) -> None:
+    def get_item(**kwargs: Any) -> Any:
+        if len(proxy.calls) == 1:
+            raise client_error("ThrottlingException")
+        return aws.dynamodb.get_item(**kwargs)
+
+    proxy = ClientProxy(aws.dynamodb, get_item=get_item)
+    store = make_store(proxy, aws.settings)
+    store.advance_watermark(None, DUE_S, NOW_MS, deadline())
+    assert store.get_watermark(deadline()) == DUE_S
+    assert len(proxy.calls) == 2
+
+
+def test_shard_count_decides_the_partition_of_a_message() -> None:
+    item = message_item(delay_request(delay_id="order-2", due_ms=DUE_MS), 16, 0, NOW_MS)
+    assert item["pk"]["S"] == buckets.bucket_key(DUE_S, 5)
