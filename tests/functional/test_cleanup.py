@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from delayq import buckets
 from delayq.cleanup import CleanupServices, Outcome, TtlCleanup, is_ttl_removal
 from delayq.contract import DelayRequest
+from delayq.payloads import payload_key
 from delayq.store import message_item
 from tests.factories import NOW_MS
 from tests.functional.conftest import Pipeline
@@ -23,10 +25,14 @@ def stream_image(item: dict[str, Any]) -> dict[str, Any]:
     return {k: {"B": base64.b64encode(v["B"]).decode()} if "B" in v else v for k, v in item.items()}
 
 
+def removed_request(due_ms: int, ref: str | None = None) -> DelayRequest:
+    return DelayRequest("r-1", "reminders", due_ms, b"k", b"v", (("h", b"1"),), "t-0-9", ref)
+
+
 def removal(
     p: Pipeline, due_ms: int, *, ttl: bool = True, ref: str | None = None
 ) -> dict[str, Any]:
-    request = DelayRequest("r-1", "reminders", due_ms, b"k", b"v", (("h", b"1"),), "t-0-9", ref)
+    request = removed_request(due_ms, ref)
     image = stream_image(message_item(request, p.settings.shards, 86400, NOW_MS))
     record: dict[str, Any] = {
         "eventID": "1",
@@ -59,14 +65,26 @@ def test_with_no_watermark_at_all_the_message_is_redriven(p: Pipeline) -> None:
 
 
 def test_a_scheduled_message_is_not_redriven_and_its_payload_is_deleted(p: Pipeline) -> None:
-    p.aws.s3.put_object(Bucket=p.settings.payload_bucket, Key="payloads/x/1", Body=b"big")
     due = NOW_MS - 86_400_000
+    key = payload_key(removed_request(due))
+    p.aws.s3.put_object(Bucket=p.settings.payload_bucket, Key=key, Body=b"big")
     p.store.advance_watermark(None, buckets.due_second(NOW_MS), NOW_MS, p.deadline())
-    ref = f"s3://{p.settings.payload_bucket}/payloads/x/1"
+    ref = f"s3://{p.settings.payload_bucket}/{key}"
     assert cleanup(p).handle(removal(p, due, ref=ref)) is Outcome.CLEANED
     assert p.delayed() == []
     listed = p.aws.s3.list_objects_v2(Bucket=p.settings.payload_bucket, Prefix="payloads/")
     assert listed.get("KeyCount", 0) == 0
+
+
+def test_a_stored_pointer_to_another_object_deletes_nothing(p: Pipeline) -> None:
+    due = NOW_MS - 86_400_000
+    other = payload_key(replace(removed_request(due), delay_id="someone-else"))
+    p.aws.s3.put_object(Bucket=p.settings.payload_bucket, Key=other, Body=b"theirs")
+    p.store.advance_watermark(None, buckets.due_second(NOW_MS), NOW_MS, p.deadline())
+    ref = f"s3://{p.settings.payload_bucket}/{other}"
+    assert cleanup(p).handle(removal(p, due, ref=ref)) is Outcome.CLEANED
+    listed = p.aws.s3.list_objects_v2(Bucket=p.settings.payload_bucket, Prefix="payloads/")
+    assert [o["Key"] for o in listed["Contents"]] == [other]
 
 
 def test_a_user_delete_is_ignored(p: Pipeline) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from delayq.contract import DelayRequest, Envelope
+from delayq.payloads import payload_key
 from tests.factories import NOW_MS, FakeProducer, SentEntry, kafka_event, kafka_record
 from tests.functional.conftest import Pipeline
 
@@ -114,13 +115,37 @@ def test_an_offloaded_value_is_restored_then_deleted_after_delivery(p: Pipeline)
     assert listed.get("KeyCount", 0) == 0
 
 
+def offloaded(p: Pipeline, delay_id: str, key: str) -> SentEntry:
+    """A pointer body for ``delay_id`` whose value is said to be at ``key``."""
+    ref = f"s3://{p.settings.payload_bucket}/{key}"
+    request = DelayRequest(delay_id, "reminders", NOW_MS, None, None, (), "t-0-1", ref)
+    return SentEntry(p.settings.delay_queue_url, Envelope(request).encode(), 0, p.clock())
+
+
+def own_key(delay_id: str) -> str:
+    return payload_key(DelayRequest(delay_id, "reminders", NOW_MS, None, None, (), "t-0-1"))
+
+
 def test_a_missing_offloaded_value_fails_that_message_only(p: Pipeline) -> None:
-    ref = "s3://delayq-payloads/payloads/nope/1"
-    request = DelayRequest("gone", "reminders", NOW_MS, None, None, (), "t-0-1", ref)
-    lost = SentEntry(p.settings.delay_queue_url, Envelope(request).encode(), 0, p.clock())
-    result = p.emit([lost, entry(p, NOW_MS)])
+    result = p.emit([offloaded(p, "gone", own_key("gone")), entry(p, NOW_MS)])
     assert len(result.failed) == 1
+    assert "get payload" in result.errors[0]
     assert len(p.producer.produced) == 1
+
+
+def test_a_pointer_to_another_message_payload_is_rejected_not_produced_nor_deleted(
+    p: Pipeline,
+) -> None:
+    theirs = own_key("theirs")
+    p.aws.s3.put_object(Bucket=p.settings.payload_bucket, Key=theirs, Body=b"secret")
+    result = p.emit([offloaded(p, "forged", theirs), entry(p, NOW_MS)])
+    assert result.failed == []
+    assert result.rejected == 1
+    [reject] = p.aws.bodies(p.settings.reject_queue_url)
+    assert reject["reason"] == "bad-envelope"
+    assert [o.header("delay-id") for o in p.producer.produced] == [b"d-1"]
+    body = p.aws.s3.get_object(Bucket=p.settings.payload_bucket, Key=theirs)["Body"].read()
+    assert body == b"secret"
 
 
 @pytest.fixture

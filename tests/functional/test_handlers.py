@@ -8,6 +8,8 @@ from types import ModuleType
 import pytest
 
 from delayq import constants as c
+from delayq.contract import Envelope
+from delayq.payloads import parse_ref, payload_key
 from tests.factories import (
     NOW_MS,
     AwsResources,
@@ -17,6 +19,8 @@ from tests.factories import (
     load_event,
     load_handler,
 )
+
+SAMPLE_PAYLOAD_BUCKET = "delayq-payloadbucket-1x2y3z4w5v6u"  # events/delay_queue_batch.json
 
 
 @pytest.fixture
@@ -122,12 +126,15 @@ def test_emitter_delivers_the_sample_batch_and_re_delays_the_early_message(
     producer = FakeProducer(clock=clock)
     monkeypatch.setattr("delayq.runtime.make_producer", lambda *_: producer)
     monkeypatch.setattr("time.sleep", clock.sleep)
+    # The sample's offloaded value is in the deployed stack's bucket: make it the emitter's own.
+    monkeypatch.setenv(c.ENV_PAYLOAD_BUCKET, SAMPLE_PAYLOAD_BUCKET)
+    env.s3.create_bucket(Bucket=SAMPLE_PAYLOAD_BUCKET)
     event = load_event("delay_queue_batch.json")
     for record in event["Records"]:
-        body = json.loads(record["body"])
-        if body.get("payload_ref"):
-            bucket, _, key = body["payload_ref"][5:].partition("/")
-            env.s3.create_bucket(Bucket=bucket)
+        request = Envelope.decode(record["body"]).request
+        if request.payload_ref:
+            bucket, key = parse_ref(request.payload_ref)
+            assert (bucket, key) == (SAMPLE_PAYLOAD_BUCKET, payload_key(request))
             env.s3.put_object(Bucket=bucket, Key=key, Body=b"offloaded")
     app = handler("emitter", clock, monkeypatch)
     response = app.handler(event, lambda_context)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -106,6 +107,50 @@ def test_delay_seconds_may_be_fractional(settings: Settings, seconds: str, delay
     )
 
 
+@pytest.mark.parametrize(
+    ("seconds", "delay_ms"),
+    [("0.123456789", 124), ("1.999999999", 2000), ("0.0004", 1), ("2.500000000", 2500)],
+)
+def test_delay_seconds_take_up_to_nine_decimals_rounded_up_to_the_ms(
+    settings: Settings, seconds: str, delay_ms: int
+) -> None:
+    assert parse(kafka_record(target="reminders", seconds=seconds), settings).due_ms == (
+        NOW_MS + delay_ms
+    )
+
+
+def test_delay_seconds_are_converted_exactly_not_through_a_float(settings: Settings) -> None:
+    # As a float, 2.0035 * 1000 is 2003.4999999999998 (2003 ms); it is exactly 2003.5 ms.
+    record = kafka_record(target="reminders", seconds="2.0035")
+    assert parse(record, settings).due_ms == NOW_MS + 2004
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "due_ms"),
+    [
+        (c.HEADER_DELAY_MS, "0" * 20 + "1500", NOW_MS + 1500),
+        (c.HEADER_DELAY_SECONDS, "0" * 20 + "1.5", NOW_MS + 1500),
+        (c.HEADER_DELIVER_AT, "0" * 20 + str(NOW_MS), NOW_MS),
+    ],
+)
+def test_leading_zeros_are_not_significant_digits(
+    settings: Settings, name: str, text: str, due_ms: int
+) -> None:
+    record = kafka_record(target="reminders", headers=[header(name, text)])
+    assert parse(record, settings).due_ms == due_ms
+
+
+@pytest.mark.parametrize(
+    ("name", "number", "due_ms"),
+    [(c.HEADER_DELAY_MS, "1500", NOW_MS + 1500), (c.HEADER_DELIVER_AT, str(NOW_MS), NOW_MS)],
+)
+def test_thousands_of_leading_zeros_are_still_not_significant(
+    settings: Settings, name: str, number: str, due_ms: int
+) -> None:
+    record = kafka_record(target="reminders", headers=[header(name, "0" * 5000 + number)])
+    assert parse(record, settings).due_ms == due_ms
+
+
 def test_due_in_the_past_is_accepted(settings: Settings) -> None:
     record = kafka_record(target="reminders", deliver_at=str(NOW_MS - 60_000))
     assert parse(record, settings).due_ms == NOW_MS - 60_000
@@ -185,6 +230,24 @@ def test_id_of_exactly_the_maximum_length_is_accepted(settings: Settings) -> Non
     )
 
 
+@pytest.mark.parametrize(
+    "delay_id",
+    ["\U0001f600" * 256, "\u00e9" * c.MAX_ID_LENGTH],  # 1,024 bytes of UTF-8 each
+    ids=["256-emoji", "512-two-byte"],
+)
+def test_id_of_exactly_the_maximum_bytes_is_accepted(settings: Settings, delay_id: str) -> None:
+    assert parse(kafka_record(target="reminders", ms="1", id=delay_id), settings).delay_id == (
+        delay_id
+    )
+
+
+def test_cancel_id_of_exactly_the_maximum_bytes_is_accepted(settings: Settings) -> None:
+    cancel_id = "\U0001f600" * 256
+    assert parse_record(kafka_record(cancel=cancel_id), settings, NOW_MS) == CancelRequest(
+        cancel_id, "delay-requests-0-0"
+    )
+
+
 def test_payload_of_exactly_the_maximum_size_is_accepted(settings: Settings) -> None:
     small = settings.with_overrides(max_payload_bytes=100)
     record = kafka_record(
@@ -193,9 +256,56 @@ def test_payload_of_exactly_the_maximum_size_is_accepted(settings: Settings) -> 
     assert parse(record, small).size == 100
 
 
-def test_inline_key_and_headers_of_exactly_the_cap_are_accepted(settings: Settings) -> None:
-    record = kafka_record(key=b"k" * c.MAX_INLINE_KEY_AND_HEADERS_BYTES, target="reminders", ms="1")
-    assert parse(record, settings).size == c.MAX_INLINE_KEY_AND_HEADERS_BYTES + 1
+def inline_record(name_length: int) -> dict[str, Any]:
+    """No key, no value, one null header whose ASCII name is ``name_length`` long."""
+    return kafka_record(
+        key=None, value=None, target="reminders", ms="1", headers=[{"h" * name_length: None}]
+    )
+
+
+def name_length_at_the_inline_cap(settings: Settings) -> int:
+    """The header name length at which key + headers take exactly the cap, encoded (one
+    ASCII character of a name is one byte of the envelope)."""
+    one = estimated_body_bytes(replace(parse(inline_record(1), settings), value=None))
+    return 1 + c.MAX_INLINE_KEY_AND_HEADERS_BYTES - one
+
+
+def test_inline_key_and_headers_of_exactly_the_cap_encoded_are_accepted(
+    settings: Settings,
+) -> None:
+    length = name_length_at_the_inline_cap(settings)
+    assert len(parse(inline_record(length), settings).headers[0][0]) == length
+
+
+def test_inline_key_and_headers_one_encoded_byte_over_the_cap_are_rejected(
+    settings: Settings,
+) -> None:
+    error = rejected(inline_record(name_length_at_the_inline_cap(settings) + 1), settings)
+    assert (error.reason, error.detail) == (
+        Reason.PAYLOAD_TOO_LARGE,
+        f"key + headers take {c.MAX_INLINE_KEY_AND_HEADERS_BYTES + 1} bytes encoded; "
+        f"maximum is {c.MAX_INLINE_KEY_AND_HEADERS_BYTES}",
+    )
+
+
+def test_the_key_counts_as_base64_toward_the_inline_cap(settings: Settings) -> None:
+    # 48 KiB of raw key is 64 KiB of base64: with the envelope around it, over the cap.
+    raw = c.MAX_INLINE_KEY_AND_HEADERS_BYTES // 4 * 3
+    error = rejected(kafka_record(key=b"k" * raw, target="reminders", ms="1"), settings)
+    assert error.reason is Reason.PAYLOAD_TOO_LARGE
+
+
+def test_the_value_does_not_count_toward_the_inline_cap(settings: Settings) -> None:
+    value = b"v" * (2 * c.MAX_INLINE_KEY_AND_HEADERS_BYTES)
+    assert parse(kafka_record(value=value, target="reminders", ms="1"), settings).value == value
+
+
+def test_header_names_count_as_escaped_json(settings: Settings) -> None:
+    # One control byte is six characters of JSON (\u0001): 11,000 of them exceed 64 KiB.
+    record = kafka_record(target="reminders", ms="1", headers=[{"\x01" * 11_000: [1]}])
+    with pytest.raises(RejectedRecord) as raised:
+        parse(record, settings)
+    assert raised.value.reason is Reason.PAYLOAD_TOO_LARGE
 
 
 def test_request_size_counts_key_value_and_user_header_names_and_values() -> None:
@@ -204,6 +314,31 @@ def test_request_size_counts_key_value_and_user_header_names_and_values() -> Non
 
 
 # --- every rejection reason --------------------------------------------------------------------
+
+EMOJI = "\U0001f600"  # one character, four bytes of UTF-8
+DUE_HEADERS = {
+    "ms": c.HEADER_DELAY_MS,
+    "seconds": c.HEADER_DELAY_SECONDS,
+    "deliver-at": c.HEADER_DELIVER_AT,
+}
+# Numbers Python would read (int(), float()) that are not plain ASCII decimals.
+NOT_PLAIN = {
+    "underscore": "1_000",
+    "arabic-indic": "\u0661\u0662\u0663",  # ARABIC-INDIC DIGIT ONE, TWO, THREE
+    "fullwidth": "\uff11\uff12",  # FULLWIDTH DIGIT ONE, TWO
+    "plus": "+5",
+    "e-notation": "1e3",
+    "infinity": "Infinity",
+    "hex": "0x10",
+    "inner-space": "1 000",
+    "empty": "",
+}
+
+
+def due_record(name: str, text: str) -> Callable[[], dict[str, Any]]:
+    """A record whose only due header is ``name: text``."""
+    return lambda: kafka_record(target="reminders", headers=[header(name, text)])
+
 
 REJECTIONS: list[tuple[str, Callable[[], Any], Reason, str]] = [
     ("record-not-object", lambda: ["x"], Reason.MALFORMED_RECORD, "record is not an object"),
@@ -230,6 +365,20 @@ REJECTIONS: list[tuple[str, Callable[[], Any], Reason, str]] = [
     ("header-text", replaced(headers=[{"a": "text"}]), Reason.BAD_HEADERS, "not a byte array"),
     ("header-byte-300", replaced(headers=[{"a": [300]}]), Reason.BAD_HEADERS, "non-byte"),
     ("header-byte-str", replaced(headers=[{"a": ["x"]}]), Reason.BAD_HEADERS, "non-byte"),
+    ("header-byte-true", replaced(headers=[{"a": [True]}]), Reason.BAD_HEADERS, "non-byte"),
+    ("header-byte-false", replaced(headers=[{"a": [1, False]}]), Reason.BAD_HEADERS, "non-byte"),
+    (
+        "header-name-surrogate",
+        replaced(headers=[{"h\ud800": [1]}]),
+        Reason.BAD_HEADERS,
+        "a header name is not UTF-8",
+    ),
+    (
+        "control-header-name-surrogate",
+        lambda: kafka_record(target="reminders", ms="1", headers=[{"delay-\udcff": [1]}]),
+        Reason.BAD_HEADERS,
+        "a header name is not UTF-8",
+    ),
     (
         "control-twice",
         lambda: kafka_record(
@@ -280,19 +429,82 @@ REJECTIONS: list[tuple[str, Callable[[], Any], Reason, str]] = [
         "seconds-text",
         lambda: kafka_record(target="reminders", seconds="soon"),
         Reason.BAD_DUE,
-        "not a number",
+        "delay-seconds='soon' is not a plain number",
     ),
     (
         "seconds-nan",
         lambda: kafka_record(target="reminders", seconds="nan"),
         Reason.BAD_DUE,
-        "not a finite number",
+        "not a plain number",
     ),
     (
         "seconds-inf",
         lambda: kafka_record(target="reminders", seconds="inf"),
         Reason.BAD_DUE,
-        "not a finite number",
+        "not a plain number",
+    ),
+    *[
+        (
+            f"{name}-{variant}",
+            due_record(header_name, text),
+            Reason.BAD_DUE,
+            f"{header_name}={text!r} is not a plain number",
+        )
+        for name, header_name in DUE_HEADERS.items()
+        for variant, text in NOT_PLAIN.items()
+    ],
+    *[
+        (
+            f"seconds-{variant}",
+            due_record(c.HEADER_DELAY_SECONDS, text),
+            Reason.BAD_DUE,
+            "not a plain number",
+        )
+        for variant, text in {
+            "huge-exponent": "1e306",
+            "ten-decimals": "1.0000000001",
+            "bare-point": "1.",
+            "no-integer-part": ".5",
+        }.items()
+    ],
+    (
+        "seconds-long-text",
+        due_record(c.HEADER_DELAY_SECONDS, "x" * 1000),
+        Reason.BAD_DUE,
+        f"delay-seconds={'x' * 64!r} is not a plain number",
+    ),
+    *[
+        (
+            f"{name}-400-digits",
+            due_record(header_name, "9" * 400),
+            Reason.DELAY_TOO_LONG,
+            f"{header_name} has too many digits",
+        )
+        for name, header_name in DUE_HEADERS.items()
+    ],
+    *[
+        (
+            f"{name}-16-digits",
+            due_record(header_name, "1" + "0" * 15),
+            Reason.DELAY_TOO_LONG,
+            "has too many digits",
+        )
+        for name, header_name in DUE_HEADERS.items()
+    ],
+    *[
+        (
+            f"{name}-15-digits",
+            due_record(header_name, "9" * 15),
+            Reason.DELAY_TOO_LONG,
+            f"maximum is {WEEK_S}s",
+        )
+        for name, header_name in DUE_HEADERS.items()
+    ],
+    (
+        "seconds-16-digits-with-decimals",
+        due_record(c.HEADER_DELAY_SECONDS, "1" + "0" * 15 + ".5"),
+        Reason.DELAY_TOO_LONG,
+        "has too many digits",
     ),
     (
         "seconds-negative",
@@ -304,12 +516,36 @@ REJECTIONS: list[tuple[str, Callable[[], Any], Reason, str]] = [
         "ms-fractional",
         lambda: kafka_record(target="reminders", ms="1.5"),
         Reason.BAD_DUE,
-        "not a number",
+        "not a plain number",
     ),
     ("ms-negative", lambda: kafka_record(target="reminders", ms="-1"), Reason.BAD_DUE, "negative"),
     (
+        "ms-negative-zero",
+        lambda: kafka_record(target="reminders", ms="-0"),
+        Reason.BAD_DUE,
+        "delay-ms='-0' is negative",
+    ),
+    (
+        "ms-negative-huge",
+        due_record(c.HEADER_DELAY_MS, "-" + "9" * 400),
+        Reason.BAD_DUE,
+        "is negative",
+    ),
+    (
+        "deliver-at-negative",
+        lambda: kafka_record(target="reminders", deliver_at="-1"),
+        Reason.BAD_DUE,
+        "delay-deliver-at='-1' is negative",
+    ),
+    (
         "deliver-at-zero",
         lambda: kafka_record(target="reminders", deliver_at="0"),
+        Reason.BAD_DUE,
+        "delay-deliver-at='0' is not epoch milliseconds",
+    ),
+    (
+        "deliver-at-zeros",
+        lambda: kafka_record(target="reminders", deliver_at="000"),
         Reason.BAD_DUE,
         "not epoch milliseconds",
     ),
@@ -317,7 +553,7 @@ REJECTIONS: list[tuple[str, Callable[[], Any], Reason, str]] = [
         "deliver-at-exponent",
         lambda: kafka_record(target="reminders", deliver_at="1.8e12"),
         Reason.BAD_DUE,
-        "not a number",
+        "not a plain number",
     ),
     (
         "seconds-and-ms",
@@ -360,7 +596,7 @@ REJECTIONS: list[tuple[str, Callable[[], Any], Reason, str]] = [
             ms="1",
         ),
         Reason.PAYLOAD_TOO_LARGE,
-        "key + headers are",
+        f"bytes encoded; maximum is {c.MAX_INLINE_KEY_AND_HEADERS_BYTES}",
     ),
     (
         "id-blank",
@@ -380,7 +616,27 @@ REJECTIONS: list[tuple[str, Callable[[], Any], Reason, str]] = [
         Reason.BAD_ID,
         "delay-id",
     ),
+    (
+        "id-over-1024-bytes",
+        lambda: kafka_record(target="reminders", ms="1", id=EMOJI * 300),
+        Reason.BAD_ID,
+        f"delay-id must be 1..{c.MAX_ID_LENGTH} printable characters "
+        f"and at most {c.MAX_ID_BYTES} bytes of UTF-8",
+    ),
+    (
+        "id-one-byte-over",
+        lambda: kafka_record(target="reminders", ms="1", id=EMOJI * 256 + "x"),
+        Reason.BAD_ID,
+        "delay-id",
+    ),
     ("cancel-blank", lambda: kafka_record(cancel=""), Reason.BAD_ID, "delay-cancel"),
+    (
+        "cancel-over-1024-bytes",
+        lambda: kafka_record(cancel=EMOJI * 300),
+        Reason.BAD_ID,
+        f"delay-cancel must be 1..{c.MAX_ID_LENGTH} printable characters "
+        f"and at most {c.MAX_ID_BYTES} bytes of UTF-8",
+    ),
 ]
 
 

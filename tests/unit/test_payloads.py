@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
 
-from delayq.contract import Reason, Rejection
+from delayq.contract import DelayRequest, Reason, Rejection
 from delayq.exceptions import PayloadStoreError
 from delayq.payloads import PayloadStore, parse_ref, payload_key
 from delayq.retry import Deadline
@@ -116,16 +117,13 @@ def test_restore_passes_a_request_without_pointer_through(payloads: PayloadStore
     assert payloads.restore(request, deadline()) is request
 
 
-def test_restore_of_a_missing_object_is_a_payload_error(
-    payloads: PayloadStore, aws: AwsResources
-) -> None:
-    ref = f"s3://{aws.settings.payload_bucket}/payloads/gone/1"
+def test_restore_of_a_missing_object_is_a_payload_error(payloads: PayloadStore) -> None:
     with pytest.raises(PayloadStoreError, match="get payload"):
-        payloads.restore(delay_request(value=None, payload_ref=ref), deadline())
+        payloads.restore(pointing_at_its_own_key(payloads), deadline())
 
 
 def test_restore_of_a_bad_reference_is_a_payload_error(payloads: PayloadStore) -> None:
-    with pytest.raises(PayloadStoreError, match="not an s3:// reference"):
+    with pytest.raises(PayloadStoreError, match="not this message's payload"):
         payloads.restore(delay_request(value=None, payload_ref="/tmp/x"), deadline())
 
 
@@ -153,20 +151,99 @@ def test_a_throttled_offload_is_retried(aws: AwsResources) -> None:
 
 
 def test_delete_removes_the_object(payloads: PayloadStore, aws: AwsResources) -> None:
-    ref = payloads.offload(delay_request(value=VALUE), deadline()).payload_ref
-    assert ref is not None
-    payloads.delete(ref, deadline())
+    offloaded = payloads.offload(delay_request(value=VALUE), deadline())
+    payloads.delete(offloaded, deadline())
     assert keys(aws) == []
 
 
 def test_delete_of_a_missing_object_is_fine(payloads: PayloadStore, aws: AwsResources) -> None:
-    payloads.delete(f"s3://{aws.settings.payload_bucket}/payloads/gone/1", deadline())
+    payloads.delete(pointing_at_its_own_key(payloads), deadline())
     assert keys(aws) == []
 
 
 def test_delete_of_a_bad_reference_is_a_payload_error(payloads: PayloadStore) -> None:
+    with pytest.raises(PayloadStoreError, match="not this message's payload"):
+        payloads.delete(delay_request(value=None, payload_ref="s3://bucket-only"), deadline())
+
+
+def test_delete_of_a_request_without_pointer_is_a_payload_error(payloads: PayloadStore) -> None:
+    with pytest.raises(PayloadStoreError, match="not this message's payload"):
+        payloads.delete(delay_request(value=b"inline"), deadline())
+
+
+# --- a pointer must be the message's own ------------------------------------------------------
+# A body forged onto the delay queue (or an item written into the store) must not make the
+# emitter or the cleanup read or delete any other object.
+
+OWN = delay_request(delay_id="order-1", value=None)
+OTHER_BUCKET = "someone-elses-bucket"
+FORGED: dict[str, tuple[str | None, str]] = {  # (bucket, key); None: the store's own bucket
+    "foreign-bucket": (OTHER_BUCKET, payload_key(OWN)),
+    "foreign-key": (None, "rejected/t/0/1-0123456789abcdef.json"),
+    "another-id": (None, payload_key(replace(OWN, delay_id="order-2"))),
+    "another-due": (None, payload_key(replace(OWN, due_ms=OWN.due_ms + 1))),
+    "own-key-and-more": (None, payload_key(OWN) + "/x"),
+}
+
+
+@dataclass(frozen=True)
+class Forged:
+    """``order-1`` pointing at an existing object that is not its payload."""
+
+    request: DelayRequest
+    bucket: str
+    key: str
+
+
+@pytest.fixture(params=sorted(FORGED))
+def forged(request: pytest.FixtureRequest, aws: AwsResources) -> Forged:
+    bucket, key = FORGED[request.param]
+    bucket = bucket or aws.settings.payload_bucket
+    if bucket == OTHER_BUCKET:
+        aws.s3.create_bucket(Bucket=bucket)
+    aws.s3.put_object(Bucket=bucket, Key=key, Body=b"theirs")
+    return Forged(replace(OWN, payload_ref=f"s3://{bucket}/{key}"), bucket, key)
+
+
+def test_restore_refuses_a_pointer_that_is_not_the_message_own(
+    payloads: PayloadStore, forged: Forged
+) -> None:
+    with pytest.raises(PayloadStoreError, match="is not this message's payload"):
+        payloads.restore(forged.request, deadline())
+
+
+def test_delete_refuses_a_pointer_that_is_not_the_message_own(
+    payloads: PayloadStore, forged: Forged
+) -> None:
+    with pytest.raises(PayloadStoreError, match="is not this message's payload"):
+        payloads.delete(forged.request, deadline())
+
+
+def test_a_refused_delete_leaves_the_other_object_alone(
+    payloads: PayloadStore, forged: Forged, aws: AwsResources
+) -> None:
     with pytest.raises(PayloadStoreError):
-        payloads.delete("s3://bucket-only", deadline())
+        payloads.delete(forged.request, deadline())
+    assert aws.s3.get_object(Bucket=forged.bucket, Key=forged.key)["Body"].read() == b"theirs"
+
+
+@pytest.mark.parametrize("operation", ["restore", "delete"])
+def test_a_foreign_pointer_is_refused_before_any_s3_call(
+    aws: AwsResources, forged: Forged, operation: str
+) -> None:
+    def refuse(**_: Any) -> Any:
+        raise AssertionError("no S3 call expected")
+
+    proxy = ClientProxy(aws.s3, get_object=refuse, delete_object=refuse)
+    store = PayloadStore(proxy, aws.settings.payload_bucket, no_sleep_backoff())
+    with pytest.raises(PayloadStoreError):
+        getattr(store, operation)(forged.request, deadline())
+    assert proxy.calls == []
+
+
+def pointing_at_its_own_key(payloads: PayloadStore) -> DelayRequest:
+    """A request whose pointer is its own payload key in this store (no object put)."""
+    return replace(OWN, payload_ref=f"s3://{payloads.bucket}/{payload_key(OWN)}")
 
 
 # --- oversize rejects --------------------------------------------------------------------------

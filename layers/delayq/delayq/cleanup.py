@@ -72,8 +72,9 @@ class TtlCleanup:
         if watermark is None or buckets.due_second(request.due_ms) > watermark:
             self._queue.send([request], self._clock(), self._deadline)
             return Outcome.REDRIVEN
-        if request.payload_ref:
-            self._payloads.delete(request.payload_ref, self._deadline)
+        # A pointer that is not the message's own was not written by us: delete nothing.
+        if self._payloads.owns(request):
+            self._payloads.delete(request, self._deadline)
         return Outcome.CLEANED
 
     def _current_watermark(self) -> int | None:

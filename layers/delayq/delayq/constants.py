@@ -54,6 +54,7 @@ DEFAULT_EMIT_LEAD_MS: Final = 1500
 DEFAULT_MAX_HOLD_MS: Final = 3000
 DEFAULT_KAFKA_TIMEOUT_SECONDS: Final = 10.0
 MAX_ID_LENGTH: Final = 512
+MAX_ID_BYTES: Final = 1024
 # Key and headers stay inline even when the value is offloaded, so they get their own cap.
 MAX_INLINE_KEY_AND_HEADERS_BYTES: Final = 64 * 1024
 

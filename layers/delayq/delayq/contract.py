@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import enum
 import json
-import math
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 from delayq import constants as c
@@ -167,11 +169,14 @@ def parse_record(record: Any, settings: Settings, now_ms: int) -> DelayRequest |
             f"key + value + headers are {request.size} bytes; "
             f"maximum is {settings.max_payload_bytes}",
         )
-    inline = len(key or b"") + headers_size(user_headers)
+    # Key and headers stay inline even when the value is offloaded: count them as encoded
+    # (base64, JSON escapes), so that a pointer envelope always fits an SQS body.
+    inline = estimated_body_bytes(dataclasses.replace(request, value=None))
     if inline > c.MAX_INLINE_KEY_AND_HEADERS_BYTES:
         raise RejectedRecord(
             Reason.PAYLOAD_TOO_LARGE,
-            f"key + headers are {inline} bytes; maximum is {c.MAX_INLINE_KEY_AND_HEADERS_BYTES}",
+            f"key + headers take {inline} bytes encoded; "
+            f"maximum is {c.MAX_INLINE_KEY_AND_HEADERS_BYTES}",
         )
     return request
 
@@ -240,6 +245,10 @@ def _headers(raw: Any) -> Headers:
         for name, value in entry.items():
             if not isinstance(name, str) or not name:
                 raise RejectedRecord(Reason.BAD_HEADERS, "a header name is empty")
+            try:
+                name.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise RejectedRecord(Reason.BAD_HEADERS, "a header name is not UTF-8") from e
             out.append((name, _header_value(name, value)))
     return tuple(out)
 
@@ -249,6 +258,8 @@ def _header_value(name: str, value: Any) -> bytes | None:
         return None
     if not isinstance(value, list):
         raise RejectedRecord(Reason.BAD_HEADERS, f"header {name!r} is not a byte array")
+    if any(isinstance(b, bool) for b in value):
+        raise RejectedRecord(Reason.BAD_HEADERS, f"header {name!r} has a non-byte value")
     try:
         return bytes(value)
     except (TypeError, ValueError) as e:
@@ -272,10 +283,18 @@ def _control_headers(headers: Headers) -> dict[str, str]:
 
 def _delay_id(raw: str, header: str) -> str:
     value = raw.strip()
+    problem = (
+        f"{header} must be 1..{c.MAX_ID_LENGTH} printable characters "
+        f"and at most {c.MAX_ID_BYTES} bytes of UTF-8"
+    )
     if not value or len(value) > c.MAX_ID_LENGTH or not value.isprintable():
-        raise RejectedRecord(
-            Reason.BAD_ID, f"{header} must be 1..{c.MAX_ID_LENGTH} printable characters"
-        )
+        raise RejectedRecord(Reason.BAD_ID, problem)
+    try:
+        encoded = value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise RejectedRecord(Reason.BAD_ID, problem) from e
+    if len(encoded) > c.MAX_ID_BYTES:  # DynamoDB's sort key limit
+        raise RejectedRecord(Reason.BAD_ID, problem)
     return value
 
 
@@ -293,20 +312,32 @@ def _due_ms(control: Mapping[str, str], timestamp_ms: int) -> int:
         )
     header = given[0]
     text = control[header].strip()
-    try:
-        number = int(text) if header != c.HEADER_DELAY_SECONDS else float(text)
-    except ValueError as e:
-        raise RejectedRecord(Reason.BAD_DUE, f"{header}={text!r} is not a number") from e
-    if not math.isfinite(number):
-        raise RejectedRecord(Reason.BAD_DUE, f"{header}={text!r} is not a finite number")
+    pattern = _DECIMAL if header == c.HEADER_DELAY_SECONDS else _INTEGER
+    if not pattern.fullmatch(text):
+        raise RejectedRecord(Reason.BAD_DUE, f"{header}={text[:64]!r} is not a plain number")
+    if text.startswith("-"):
+        raise RejectedRecord(Reason.BAD_DUE, f"{header}={text[:64]!r} is negative")
+    if len(text.partition(".")[0].lstrip("0")) > _MAX_DUE_DIGITS:
+        # Longer than any epoch-ms time or delay this side of the year 33,000: no float maths.
+        raise RejectedRecord(Reason.DELAY_TOO_LONG, f"{header} has too many digits")
+    if header == c.HEADER_DELAY_SECONDS:
+        # Exact decimal, rounded up to the millisecond: never earlier than asked.
+        delay_ms = int((Decimal(text) * 1000).to_integral_value(rounding=ROUND_CEILING))
+        return timestamp_ms + delay_ms
+    number = int(text.lstrip("0") or "0")  # at most 15 digits left: int() has a length cap
     if header == c.HEADER_DELIVER_AT:
-        if number <= 0:
-            raise RejectedRecord(Reason.BAD_DUE, f"{header}={text!r} is not epoch milliseconds")
-        return int(number)
-    if number < 0:
-        raise RejectedRecord(Reason.BAD_DUE, f"{header}={text!r} is negative")
-    delay_ms = round(number * 1000) if header == c.HEADER_DELAY_SECONDS else int(number)
-    return timestamp_ms + delay_ms
+        if number == 0:
+            raise RejectedRecord(
+                Reason.BAD_DUE, f"{header}={text[:64]!r} is not epoch milliseconds"
+            )
+        return number
+    return timestamp_ms + number
+
+
+# Plain ASCII decimals only: no signs but '-', no exponents, no '1_000', no other digits.
+_INTEGER = re.compile(r"-?[0-9]+", re.ASCII)
+_DECIMAL = re.compile(r"-?[0-9]+(\.[0-9]{1,9})?", re.ASCII)
+_MAX_DUE_DIGITS = 15
 
 
 # --- the delay-queue envelope -----------------------------------------------------------------
@@ -350,7 +381,7 @@ class Envelope:
                 raise EnvelopeError("not a delay-queue envelope: payload_ref")
             return cls(
                 DelayRequest(
-                    delay_id=_text(d, "id"),
+                    delay_id=_delay_id_of(d),
                     target=_text(d, "target"),
                     due_ms=due_ms,
                     key=_dec(d["key"]),
@@ -377,6 +408,13 @@ def _text(d: Mapping[str, Any], name: str) -> str:
     value = d[name]
     if not isinstance(value, str) or not value:
         raise EnvelopeError(f"not a delay-queue envelope: {name}")
+    return value
+
+
+def _delay_id_of(d: Mapping[str, Any]) -> str:
+    value = _text(d, "id")
+    if len(value.encode("utf-8", "surrogatepass")) > c.MAX_ID_BYTES:
+        raise EnvelopeError("not a delay-queue envelope: id too long")
     return value
 
 

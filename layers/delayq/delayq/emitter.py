@@ -142,6 +142,10 @@ class _EmitRun:
                 detail = f"target {request.target!r} is not on the emitter's allow-list"
                 rejected.append((message, _rejection(Reason.TARGET_NOT_ALLOWED, detail, message)))
                 continue
+            if request.payload_ref and not self.services.payloads.owns(request):
+                detail = f"payload_ref {request.payload_ref!r} is not this message's payload"
+                rejected.append((message, _rejection(Reason.BAD_ENVELOPE, detail, message)))
+                continue
             ready.append((message, request))
         if rejected:
             try:
@@ -217,9 +221,8 @@ class _EmitRun:
     def delete_payload(self, request: DelayRequest) -> None:
         """Delivered: failing the message now would emit it twice, so a failed delete is
         reported (the bucket's lifecycle rule removes the object later), not retried."""
-        assert request.payload_ref is not None
         try:
-            self.services.payloads.delete(request.payload_ref, self.deadline)
+            self.services.payloads.delete(request, self.deadline)
         except DelayQueueError as e:
             self.result.errors.append(f"{request.delay_id}: payload not deleted: {e}")
 

@@ -59,18 +59,38 @@ class PayloadStore:
         """Fetch the value a pointer refers to; requests without a pointer pass through."""
         if not request.payload_ref:
             return request
-        bucket, key = parse_ref(request.payload_ref)
+        key = self._own_key(request)
         response = self._call(
-            "get payload", lambda: self._client.get_object(Bucket=bucket, Key=key), deadline
+            "get payload", lambda: self._client.get_object(Bucket=self.bucket, Key=key), deadline
         )
         return dataclasses.replace(request, value=response["Body"].read())
 
-    def delete(self, ref: str, deadline: Deadline) -> None:
-        """Delete an offloaded value (idempotent: a missing object is fine)."""
-        bucket, key = parse_ref(ref)
+    def delete(self, request: DelayRequest, deadline: Deadline) -> None:
+        """Delete a request's offloaded value (idempotent: a missing object is fine)."""
+        key = self._own_key(request)
         self._call(
-            "delete payload", lambda: self._client.delete_object(Bucket=bucket, Key=key), deadline
+            "delete payload",
+            lambda: self._client.delete_object(Bucket=self.bucket, Key=key),
+            deadline,
         )
+
+    def owns(self, request: DelayRequest) -> bool:
+        """True when the request's pointer is the one it must have: its own key in this
+        bucket. A body forged onto the delay queue must not read or delete other objects."""
+        if not request.payload_ref:
+            return False
+        try:
+            bucket, key = parse_ref(request.payload_ref)
+        except PayloadStoreError:
+            return False
+        return bucket == self.bucket and key == payload_key(request)
+
+    def _own_key(self, request: DelayRequest) -> str:
+        if not self.owns(request):
+            raise PayloadStoreError(
+                f"payload_ref {request.payload_ref!r} is not this message's payload"
+            )
+        return payload_key(request)
 
     def put_rejected(self, rejection: Rejection, original: bytes, deadline: Deadline) -> str:
         """Keep an oversize rejected record whole; returns its ``s3://`` reference."""

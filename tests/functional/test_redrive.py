@@ -1,0 +1,528 @@
+"""Redrive: dead letters back into the pipeline after a fix, paced, with a dry run, and never
+deleted from their source before their destination accepted them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from delayq.contract import DelayRequest, Envelope
+from delayq.exceptions import ConfigurationError
+from delayq.ingest import IngestServices
+from delayq.queues import DelayQueue, RejectQueue, SqsQueue
+from delayq.redrive import (
+    RedriveReport,
+    RedriveServices,
+    RedriveSource,
+    TokenBucket,
+    redrive,
+    redrive_services,
+)
+from delayq.store import MessageStore
+from tests.factories import (
+    NOW_MS,
+    PROPERTY,
+    TARGETS,
+    ClientProxy,
+    FakeClock,
+    SentEntry,
+    client_error,
+    delay_request,
+    kafka_event,
+    kafka_record,
+    no_sleep_backoff,
+)
+from tests.functional.conftest import Pipeline
+
+DLQ = RedriveSource.DELAY_DLQ
+REJECTS = RedriveSource.REJECTS
+
+
+@pytest.fixture
+def p(pipeline: Pipeline) -> Pipeline:
+    return pipeline
+
+
+def services(p: Pipeline, **overrides: Any) -> RedriveServices:
+    ingest = IngestServices(p.store, p.delay_queue, p.rejects, p.payloads)
+    return RedriveServices(
+        sqs=overrides.pop("sqs", p.sqs),
+        s3=p.aws.s3,
+        ingest=overrides.pop("ingest", ingest),
+        backoff=no_sleep_backoff(),
+    )
+
+
+def run(p: Pipeline, source: RedriveSource, **options: Any) -> RedriveReport:
+    """A redrive on the pipeline's clock (the rate limit sleeps on it)."""
+    svc = options.pop("services", None) or services(p)
+    if source is DLQ:
+        options.setdefault("source_url", dlq(p))
+    options.setdefault("wait_seconds", 0)
+    return redrive(
+        source, settings=p.settings, services=svc, clock=p.clock, sleep=p.clock.sleep, **options
+    )
+
+
+def dlq(p: Pipeline) -> str:
+    url: str = p.aws.extra["delay_dlq"]
+    return url
+
+
+def dead_letter(p: Pipeline, *requests: DelayRequest) -> None:
+    for r in requests:
+        p.aws.sqs.send_message(QueueUrl=dlq(p), MessageBody=Envelope(r).encode())
+
+
+def counts(p: Pipeline, url: str) -> tuple[int, int]:
+    """(visible, hidden) messages of a queue."""
+    attrs = p.aws.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    return int(attrs["ApproximateNumberOfMessages"]), int(
+        attrs["ApproximateNumberOfMessagesNotVisible"]
+    )
+
+
+def requeued(p: Pipeline) -> list[DelayRequest]:
+    return [Envelope.decode(e.body).request for e in p.delayed()]
+
+
+def allow_payments(p: Pipeline) -> None:
+    """The fix: the allow-list gains the payments topics."""
+    p.settings = p.settings.with_overrides(allowed_targets=(*TARGETS, "payments.*"))
+
+
+# --- the delay queue's dead-letter queue ------------------------------------------------------
+
+
+def test_dead_letters_go_back_to_the_delay_queue_delayed_until_due(p: Pipeline) -> None:
+    past = delay_request(delay_id="past", due_ms=NOW_MS - 60_000)
+    soon = delay_request(delay_id="soon", due_ms=NOW_MS + 30_500)
+    later = delay_request(delay_id="later", due_ms=NOW_MS + 7_200_000)
+    dead_letter(p, past, soon, later)
+
+    report = run(p, DLQ)
+
+    assert (report.moved, report.failed, report.errors) == (3, 0, [])
+    assert counts(p, dlq(p)) == (0, 0)
+    assert sorted(requeued(p), key=lambda r: r.due_ms) == [past, soon, later]
+    # Whole seconds, rounded down, minus the emitter's lead; at most SQS's 900 s.
+    assert sorted(e.delay_seconds for e in p.delayed()) == [0, 29, 900]
+
+
+def test_redriven_dead_letters_are_delivered_with_their_original_bytes(p: Pipeline) -> None:
+    lost = delay_request(delay_id="lost", due_ms=NOW_MS - 5_000, key=b"\x00k", value=b"\xffv")
+    dead_letter(p, lost)
+    run(p, DLQ)
+    p.deliver_released()
+    [out] = p.producer.produced
+    assert (out.topic, out.key, out.value, out.headers[0]) == (
+        "orders.timeout",
+        b"\x00k",
+        b"\xffv",
+        ("trace", b"t-1"),
+    )
+    assert out.header("delay-id") == b"lost"
+
+
+def test_a_dry_run_reports_what_would_move_and_changes_nothing(p: Pipeline) -> None:
+    dead_letter(p, *(delay_request(delay_id=f"d-{i}") for i in range(3)))
+    p.aws.sqs.send_message(QueueUrl=dlq(p), MessageBody="not an envelope")
+
+    report = run(p, DLQ, dry_run=True)
+
+    assert (report.dry_run, report.moved, report.failed) == (True, 3, 1)
+    assert p.sqs.sent == []
+    assert counts(p, dlq(p)) == (4, 0)  # all visible again at once
+
+
+def test_a_body_that_is_not_an_envelope_stays_in_the_dead_letter_queue(p: Pipeline) -> None:
+    dead_letter(p, delay_request(delay_id="good"))
+    p.aws.sqs.send_message(QueueUrl=dlq(p), MessageBody='{"v": 2}')
+
+    report = run(p, DLQ)
+
+    assert (report.moved, report.failed) == (1, 1)
+    assert "unknown envelope version 2" in report.errors[0]
+    [left] = p.aws.receive_all(dlq(p))
+    assert left["Body"] == '{"v": 2}'
+
+
+def test_nothing_leaves_the_dead_letter_queue_when_the_delay_queue_refuses(p: Pipeline) -> None:
+    dead_letter(p, *(delay_request(delay_id=f"d-{i}") for i in range(3)))
+
+    def refuse(**_: Any) -> Any:
+        raise client_error("AccessDenied", status=403, operation="SendMessageBatch")
+
+    refusing = SqsQueue(
+        ClientProxy(p.aws.sqs, send_message_batch=refuse),
+        p.settings.delay_queue_url,
+        no_sleep_backoff(),
+    )
+    ingest = IngestServices(
+        p.store, DelayQueue(refusing, p.settings.emit_lead_ms), p.rejects, p.payloads
+    )
+    report = run(p, DLQ, services=services(p, ingest=ingest))
+
+    assert (report.moved, report.failed) == (0, 3)
+    assert all("AccessDenied" in e for e in report.errors)
+    assert counts(p, dlq(p)) == (3, 0)
+
+
+def test_the_source_is_deleted_only_after_the_destination_accepted(p: Pipeline) -> None:
+    dead_letter(p, *(delay_request(delay_id=f"d-{i}") for i in range(3)))
+    calls: list[tuple[str, str]] = []
+
+    def logged(name: str) -> Callable[..., Any]:
+        def call(**kwargs: Any) -> Any:
+            calls.append((name, kwargs["QueueUrl"]))
+            return getattr(p.aws.sqs, name)(**kwargs)
+
+        return call
+
+    sqs = ClientProxy(
+        p.aws.sqs,
+        send_message_batch=logged("send_message_batch"),
+        delete_message_batch=logged("delete_message_batch"),
+    )
+    delay_queue = DelayQueue(
+        SqsQueue(sqs, p.settings.delay_queue_url, no_sleep_backoff()), p.settings.emit_lead_ms
+    )
+    ingest = IngestServices(p.store, delay_queue, p.rejects, p.payloads)
+    run(p, DLQ, services=services(p, sqs=sqs, ingest=ingest))
+
+    assert calls == [
+        ("send_message_batch", p.settings.delay_queue_url),
+        ("delete_message_batch", dlq(p)),
+    ]
+
+
+def test_a_crash_between_send_and_delete_duplicates_and_never_loses(p: Pipeline) -> None:
+    dead_letter(p, delay_request(delay_id="d-1"))
+
+    def crash(**_: Any) -> Any:
+        raise RuntimeError("the redrive process died")
+
+    with pytest.raises(RuntimeError):
+        run(p, DLQ, services=services(p, sqs=ClientProxy(p.sqs, delete_message_batch=crash)))
+    assert counts(p, dlq(p)) == (1, 0)  # still there, and visible again
+    assert [r.delay_id for r in requeued(p)] == ["d-1"]
+
+    run(p, DLQ)  # the next run moves it again: a duplicate with the same delay-id
+    assert [r.delay_id for r in requeued(p)] == ["d-1", "d-1"]
+    assert counts(p, dlq(p)) == (0, 0)
+
+
+def test_a_message_that_cannot_be_deleted_is_reported_and_stays(p: Pipeline) -> None:
+    dead_letter(p, delay_request(delay_id="d-1"))
+
+    def invalid_handle(**kwargs: Any) -> Any:
+        entry = kwargs["Entries"][0]
+        failed = {"Id": entry["Id"], "SenderFault": True, "Code": "ReceiptHandleIsInvalid"}
+        return {"Successful": [], "Failed": [failed]}
+
+    sqs = ClientProxy(p.sqs, delete_message_batch=invalid_handle)
+    report = run(p, DLQ, services=services(p, sqs=sqs))
+
+    assert report.moved == 1  # the delay queue has it
+    assert "ReceiptHandleIsInvalid" in report.errors[0]
+    assert sum(counts(p, dlq(p))) == 1  # and so does the source: a later run duplicates it
+
+
+@pytest.mark.parametrize("failure", ["throttled-entry", "access-denied"])
+def test_deletes_are_retried_when_sqs_says_so_and_reported_when_not(
+    p: Pipeline, failure: str
+) -> None:
+    dead_letter(p, delay_request(delay_id="d-1"))
+    attempts: list[int] = []
+
+    def flaky(**kwargs: Any) -> Any:
+        attempts.append(1)
+        if failure == "access-denied":
+            raise client_error("AccessDenied", status=403, operation="DeleteMessageBatch")
+        if len(attempts) == 1:
+            ids = [e["Id"] for e in kwargs["Entries"]]
+            return {
+                "Failed": [{"Id": i, "SenderFault": False, "Code": "InternalError"} for i in ids]
+            }
+        return p.aws.sqs.delete_message_batch(**kwargs)
+
+    report = run(p, DLQ, services=services(p, sqs=ClientProxy(p.sqs, delete_message_batch=flaky)))
+
+    assert report.moved == 1
+    if failure == "throttled-entry":
+        assert (len(attempts), report.errors, sum(counts(p, dlq(p)))) == (2, [], 0)
+    else:
+        assert (len(attempts), sum(counts(p, dlq(p)))) == (1, 1)
+        assert "AccessDenied" in report.errors[0]
+
+
+def test_services_built_from_settings_redrive_the_dead_letter_queue(p: Pipeline) -> None:
+    dead_letter(p, delay_request(delay_id="d-1"))
+    report = redrive(
+        DLQ,
+        settings=p.settings,
+        services=redrive_services(p.settings),
+        source_url=dlq(p),
+        wait_seconds=0,
+    )
+    assert report.moved == 1
+    assert [m["Body"] for m in p.aws.receive_all(p.settings.delay_queue_url)] == [
+        Envelope(delay_request(delay_id="d-1")).encode()
+    ]
+
+
+def test_a_limit_stops_the_run_after_that_many_messages(p: Pipeline) -> None:
+    dead_letter(p, *(delay_request(delay_id=f"d-{i}") for i in range(25)))
+    report = run(p, DLQ, limit=12)
+    assert report.moved == 12
+    assert len(p.delayed()) == 12
+    assert counts(p, dlq(p)) == (13, 0)
+
+
+def test_the_rate_limit_paces_the_moves_in_bursts_of_one_second(p: Pipeline) -> None:
+    dead_letter(p, *(delay_request(delay_id=f"d-{i}") for i in range(30)))
+    report = run(p, DLQ, rate_per_second=5)
+    assert report.moved == 30
+    assert [e.sent_ms - NOW_MS for e in p.delayed()] == [1000 * (k // 5) for k in range(30)]
+    assert report.waited_seconds >= 5.0
+
+
+def test_a_rate_below_one_per_second_moves_one_at_a_time(p: Pipeline) -> None:
+    dead_letter(p, *(delay_request(delay_id=f"d-{i}") for i in range(3)))
+    run(p, DLQ, rate_per_second=0.5)
+    assert [e.sent_ms - NOW_MS for e in p.delayed()] == [0, 2000, 4000]
+
+
+@PROPERTY
+@given(
+    rate=st.floats(0.1, 500),
+    takes=st.lists(st.tuples(st.integers(1, 10), st.integers(0, 5_000)), max_size=40),
+)
+def test_a_token_bucket_never_exceeds_its_rate_plus_one_burst(
+    rate: float, takes: list[tuple[int, int]]
+) -> None:
+    clock = FakeClock()
+    bucket = TokenBucket(rate, clock=clock, sleep=clock.sleep)
+    taken = 0
+    for wanted, idle_ms in takes:
+        clock.advance(idle_ms)
+        n = min(wanted, int(bucket.capacity))
+        bucket.take(n)
+        taken += n
+        elapsed_s = (clock() - NOW_MS) / 1000
+        assert taken <= bucket.capacity + rate * elapsed_s + 1e-6
+
+
+def test_a_token_bucket_refuses_a_rate_or_a_take_it_cannot_serve() -> None:
+    clock = FakeClock()
+    with pytest.raises(ConfigurationError, match="capacity must be > 0"):
+        TokenBucket(5, capacity=0, clock=clock, sleep=clock.sleep)
+    with pytest.raises(ConfigurationError, match="rate_per_second must be > 0"):
+        TokenBucket(float("nan"), clock=clock, sleep=clock.sleep)
+    with pytest.raises(ValueError, match="cannot take 3 tokens"):
+        TokenBucket(2, clock=clock, sleep=clock.sleep).take(3)
+
+
+def test_the_options_are_checked_before_anything_is_read(p: Pipeline) -> None:
+    with pytest.raises(ConfigurationError, match="needs source_url"):
+        run(p, DLQ, source_url="")
+    with pytest.raises(ConfigurationError, match="rate_per_second must be > 0"):
+        run(p, DLQ, rate_per_second=0)
+    with pytest.raises(ConfigurationError, match="limit must be >= 0"):
+        run(p, REJECTS, limit=-1)
+    with pytest.raises(ConfigurationError, match=r"hold_seconds must be 1\.\.43200"):
+        run(p, REJECTS, hold_seconds=0)
+    with pytest.raises(ConfigurationError, match=r"wait_seconds must be 0\.\.20"):
+        run(p, REJECTS, wait_seconds=21)
+    with pytest.raises(ConfigurationError, match="unknown redrive source 'tick-dlq'"):
+        redrive("tick-dlq", settings=p.settings, services=services(p))
+    assert p.sqs.sent == []
+
+
+# --- the reject queue ----------------------------------------------------------------------
+
+
+def reject_some(p: Pipeline) -> dict[str, dict[str, Any]]:
+    """Ingest a batch where two records target a topic not allowed yet and one has no target."""
+    records = {
+        "soon": kafka_record(offset=1, target="payments.capture", seconds="5"),
+        "later": kafka_record(offset=2, target="payments.refund", seconds="7200"),
+        "broken": kafka_record(offset=3, seconds="5"),
+        "fine": kafka_record(offset=4, target="reminders", seconds="5"),
+    }
+    result = p.ingest(kafka_event(*records.values()))
+    assert len(result.rejected) == 3
+    return records
+
+
+def stored_ids(p: Pipeline) -> list[str]:
+    items = p.aws.dynamodb.scan(TableName=p.settings.table_name)["Items"]
+    return [i["sk"]["S"] for i in items if i["kind"]["S"] == "msg"]
+
+
+def test_rejects_are_ingested_again_after_the_allow_list_is_fixed(p: Pipeline) -> None:
+    records = reject_some(p)
+    allow_payments(p)
+    p.clock.advance(60_000)
+
+    report = run(p, REJECTS)
+
+    assert (report.moved, report.still_rejected, report.failed) == (2, 1, 0)
+    assert report.reasons == {"missing-target": 1}
+    json.dumps(report.as_dict())  # printable by the command line
+    # The relative delay still counts from the broker timestamp: due already, queued now.
+    soon = next(r for r in requeued(p) if r.delay_id == "delay-requests-0-1")
+    assert (soon.target, soon.due_ms) == ("payments.capture", NOW_MS + 5_000)
+    assert stored_ids(p) == ["delay-requests-0-2"]
+    [left] = p.aws.bodies(p.settings.reject_queue_url)
+    assert (left["reason"], left["record"]) == ("missing-target", records["broken"])
+
+
+def test_a_reject_dry_run_classifies_under_the_new_settings_and_writes_nothing(
+    p: Pipeline,
+) -> None:
+    reject_some(p)
+    allow_payments(p)
+    sent_before = len(p.sqs.sent)
+
+    report = run(p, REJECTS, dry_run=True)
+
+    assert (report.moved, report.still_rejected, report.failed) == (2, 1, 0)
+    assert report.reasons == {"missing-target": 1}
+    assert len(p.sqs.sent) == sent_before
+    assert stored_ids(p) == []
+    assert counts(p, p.settings.reject_queue_url) == (3, 0)
+
+
+def test_an_oversize_reject_is_read_back_from_s3_and_delivered_whole(p: Pipeline) -> None:
+    big = bytes(range(256)) * 1200  # 300 KiB: the reject body carries a record_ref
+    p.ingest(kafka_event(kafka_record(target="payments.capture", seconds="0", value=big)))
+    assert (
+        p.aws.sqs.get_queue_attributes(
+            QueueUrl=p.settings.reject_queue_url, AttributeNames=["ApproximateNumberOfMessages"]
+        )["Attributes"]["ApproximateNumberOfMessages"]
+        == "1"
+    )
+    allow_payments(p)
+
+    report = run(p, REJECTS)
+
+    assert report.moved == 1
+    p.deliver_released()
+    [out] = p.producer.produced
+    assert (out.topic, out.value) == ("payments.capture", big)
+
+
+def test_emitter_rejects_go_back_to_the_delay_queue_once_their_target_is_allowed(
+    p: Pipeline,
+) -> None:
+    request = delay_request(delay_id="pay-1", target="payments.capture", due_ms=NOW_MS)
+    still_off = delay_request(delay_id="hr-1", target="hr.salaries", due_ms=NOW_MS)
+    entries = [
+        SentEntry(p.settings.delay_queue_url, body, 0, NOW_MS)
+        for body in (Envelope(request).encode(), "{garbage", Envelope(still_off).encode())
+    ]
+    assert p.emit(entries).rejected == 3
+    allow_payments(p)
+
+    report = run(p, REJECTS)
+
+    assert (report.moved, report.still_rejected) == (1, 2)
+    assert report.reasons == {"bad-envelope": 1, "target-not-allowed": 1}
+    assert requeued(p) == [request]
+    left = {b["record"]["body"]: b["reason"] for b in p.aws.bodies(p.settings.reject_queue_url)}
+    assert left == {"{garbage": "bad-envelope", Envelope(still_off).encode(): "target-not-allowed"}
+
+
+def test_an_emitter_reject_stays_when_the_reject_queue_refuses_it_again(p: Pipeline) -> None:
+    p.emit([SentEntry(p.settings.delay_queue_url, "{garbage", 0, NOW_MS)])
+
+    def refuse(**_: Any) -> Any:
+        raise client_error("KMS.AccessDeniedException", operation="SendMessageBatch")
+
+    sqs = ClientProxy(p.aws.sqs, send_message_batch=refuse)
+    refusing = RejectQueue(
+        SqsQueue(sqs, p.settings.reject_queue_url, no_sleep_backoff()), p.payloads
+    )
+    ingest = IngestServices(p.store, p.delay_queue, refusing, p.payloads)
+    report = run(p, REJECTS, services=services(p, ingest=ingest))
+
+    assert (report.still_rejected, report.failed) == (0, 1)
+    assert counts(p, p.settings.reject_queue_url) == (1, 0)
+
+
+def test_a_reject_dry_run_screens_emitter_rejects_too(p: Pipeline) -> None:
+    request = delay_request(delay_id="pay-1", target="payments.capture", due_ms=NOW_MS)
+    p.emit([SentEntry(p.settings.delay_queue_url, Envelope(request).encode(), 0, NOW_MS)])
+    report = run(p, REJECTS, dry_run=True)
+    assert (report.moved, report.still_rejected, report.reasons) == (
+        0,
+        1,
+        {"target-not-allowed": 1},
+    )
+    allow_payments(p)
+    assert run(p, REJECTS, dry_run=True).moved == 1
+    assert p.delayed() == []
+
+
+def test_rejects_stay_when_ingest_cannot_keep_them(p: Pipeline) -> None:
+    reject_some(p)
+    allow_payments(p)
+
+    class AlwaysUnprocessed:
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._inner, name)
+
+        def batch_write_item(self, RequestItems: dict[str, Any]) -> dict[str, Any]:  # noqa: N803
+            return {"UnprocessedItems": RequestItems}
+
+    store = MessageStore(
+        AlwaysUnprocessed(p.aws.dynamodb),
+        p.settings.table_name,
+        shards=p.settings.shards,
+        ttl_grace_seconds=p.settings.ttl_grace_seconds,
+        max_delay_seconds=p.settings.max_delay_seconds,
+        backoff=no_sleep_backoff(),
+    )
+    ingest = IngestServices(store, p.delay_queue, p.rejects, p.payloads)
+    report = run(p, REJECTS, services=services(p, ingest=ingest))
+
+    assert (report.moved, report.still_rejected, report.failed) == (0, 0, 3)
+    assert counts(p, p.settings.reject_queue_url) == (3, 0)
+
+
+def test_a_run_ends_when_everything_is_still_rejected(p: Pipeline) -> None:
+    originals = [kafka_record(offset=i, seconds="5") for i in range(12)]  # no target
+    p.ingest(kafka_event(*originals))
+
+    report = run(p, REJECTS)
+
+    assert (report.moved, report.still_rejected) == (0, 12)
+    assert report.skipped <= 12  # our own re-rejects, read back and left alone
+    left = p.aws.bodies(p.settings.reject_queue_url)
+    assert sorted(b["record"]["offset"] for b in left) == list(range(12))
+
+
+def test_reject_bodies_that_cannot_be_read_stay_where_they_are(p: Pipeline) -> None:
+    url = p.settings.reject_queue_url
+    missing = f"s3://{p.settings.payload_bucket}/rejected/gone.json"
+    for body in (
+        "not json",
+        '{"reason": "x"}',
+        json.dumps({"record": None, "record_ref": missing}),
+        json.dumps({"record": None, "record_ref": 5}),
+    ):
+        p.aws.sqs.send_message(QueueUrl=url, MessageBody=body)
+
+    report = run(p, REJECTS)
+
+    assert (report.moved, report.still_rejected, report.failed) == (0, 0, 4)
+    assert counts(p, url) == (4, 0)
