@@ -1,0 +1,341 @@
+"""Runs every benchmark and assembles ``results/bench.json``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, TextIO
+
+from bench import calls as calls_mod
+from bench import cost as cost_mod
+from bench import cpu as cpu_mod
+from bench.burst import scale_out_model, scheduler_probe, steady_emitter_concurrency
+from bench.fakes import write_units
+from bench.handlers import measure_handlers
+from bench.harness import bench_settings
+from bench.machine import describe
+from bench.workload import ISSUE_7
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LocalOptions:
+    """The measurements on the embedded local stack."""
+
+    enabled: str = "auto"  # "auto": run when the stack starts; "yes": fail if it cannot; "no"
+    # Issue 7's default. It takes a couple of minutes only with the local runner's moto SQS
+    # speed-ups (delayq_local.moto_speedups): plain moto's receive slows down linearly with
+    # queue depth (bench.local.moto_depth_probe measures both).
+    burst_messages: int = 20_000
+    steady_rate: float | None = None  # messages/s; None: derived from the measured burst
+    steady_seconds: float = 60.0
+    emitter_concurrency: int = 4
+
+
+@dataclass(frozen=True)
+class Options:
+    """What to run and how big."""
+
+    out: Path = Path("results")
+    cpu: cpu_mod.CpuSettings = field(default_factory=cpu_mod.CpuSettings)
+    calls: calls_mod.CallSettings = field(default_factory=calls_mod.CallSettings)
+    handler_batches: tuple[int, int] = (50, 50)
+    probe_messages: int = 60_000
+    probe_send_latency_ms: float = 10.0
+    profile: str = "auto"
+    local: LocalOptions = field(default_factory=LocalOptions)
+    command: str = "make bench"
+
+
+QUICK = Options(
+    cpu=cpu_mod.QUICK_CPU,
+    calls=calls_mod.QUICK_CALLS,
+    handler_batches=(2, 1),
+    probe_messages=500,
+    probe_send_latency_ms=2000.0,
+    profile="never",
+    local=LocalOptions(enabled="no"),
+    command="python -m bench --quick",
+)
+
+
+def _step(out: TextIO, text: str) -> float:
+    out.write(f"== {text}\n")
+    out.flush()
+    return time.monotonic()
+
+
+def run(options: Options, out: TextIO = sys.stderr) -> dict[str, Any]:
+    """Every figure; the document written to bench.json."""
+    machine = describe()
+    settings = bench_settings()
+    workload = ISSUE_7
+
+    t = _step(out, "handler CPU (in-memory clients)")
+    figures = cpu_mod.measure_all(options.cpu, profile=options.profile)
+    ingest_b, emitter_b = options.handler_batches
+    handlers = measure_handlers(ingest_b, emitter_b, max(1, min(3, options.cpu.repeats)))
+    out.write(
+        "   "
+        + ", ".join(f"{n} {f.messages_per_second:,.0f}/s" for n, f in figures.items())
+        + f" ({time.monotonic() - t:.0f} s)\n"
+    )
+
+    t = _step(out, "requests per message (in-memory clients)")
+    call_figures = calls_mod.measure_calls(options.calls, workload)
+    requests = call_figures.as_dict()
+    out.write(f"   sqs {requests['sqs']:.3f}/msg ({time.monotonic() - t:.0f} s)\n")
+
+    _step(out, "cost model")
+    sched = figures["scheduler"]
+    per_second_run = sched.inputs["stored_messages_per_second"]
+    scheduler_cpu_ms_per_second = (
+        sched.cpu_ms_per_invocation / sched.inputs["due_seconds_per_run"]
+    ) * (workload.long_per_second / per_second_run)
+    item_bytes = cost_mod.stored_item_bytes()
+    measured = cost_mod.MeasuredInputs(
+        short=call_figures.paths["short"].summary(),
+        long=call_figures.paths["long"].summary(),
+        mix=call_figures.paths["mix"].summary(),
+        ingest_cpu_ms_per_batch=handlers["ingest"].cpu_ms_per_invocation,
+        ingest_batch=handlers["ingest"].messages_per_invocation,
+        emitter_cpu_ms_per_batch=handlers["emitter"].cpu_ms_per_invocation,
+        emitter_batch=handlers["emitter"].messages_per_invocation,
+        scheduler_cpu_ms_per_second=scheduler_cpu_ms_per_second,
+        ingest_log_bytes=handlers["ingest"].stdout_bytes_per_invocation,
+        emitter_log_bytes=handlers["emitter"].stdout_bytes_per_invocation,
+        item_bytes=item_bytes,
+        lead_ms=settings.emit_lead_ms,
+        max_hold_ms=settings.max_hold_ms,
+    )
+    model = cost_mod.build(measured, workload)
+
+    t = _step(out, "burst: scheduler probe (in-memory, simulated latency) and 10 M model")
+    probe = scheduler_probe(options.probe_messages, send_latency_ms=options.probe_send_latency_ms)
+    a = model.assumptions
+    batch = cost_mod.emitter_batch(model.functions, a)
+    hold = cost_mod.emitter_hold_ms(
+        settings.emit_lead_ms, batch, settings.max_hold_ms, a.ms_poll_latency
+    )
+    steady_conc = steady_emitter_concurrency(workload.per_second, hold, batch)
+    burst_model = scale_out_model(
+        messages=10_000_000,
+        shards=settings.shards,
+        wru_per_item=write_units(item_bytes),
+        item_bytes=item_bytes,
+        ingest_cpu_ms_per_batch=measured.ingest_cpu_ms_per_batch,
+        emitter_cpu_ms_per_message=measured.emitter_cpu_ms_per_batch / measured.emitter_batch,
+        emitter_batch=batch,
+        scheduler_cpu_ms_per_message=scheduler_cpu_ms_per_second / workload.long_per_second,
+        functions=model.functions,
+        assumptions=a,
+        lookahead_s=settings.lookahead_seconds,
+        lead_ms=settings.emit_lead_ms,
+        steady_emitter_concurrency=min(steady_conc, model.functions.emitter_max_concurrency),
+    )
+    burst_model.notes.append(
+        f"steady state at {workload.per_second:,.0f} messages/s needs ~{steady_conc} concurrent "
+        f"emitters (batches of {batch:g} held {hold:.0f} ms); the template's default "
+        f"EmitterMaxConcurrency "
+        f"is {model.functions.emitter_max_concurrency}"
+        + (
+            ": the emitter FALLS BEHIND at 100 M/day with the default"
+            if steady_conc > model.functions.emitter_max_concurrency
+            else ""
+        )
+    )
+    out.write(f"   ({time.monotonic() - t:.0f} s)\n")
+
+    local: dict[str, Any] | None = None
+    local_error = ""
+    if options.local.enabled != "no":
+        t = _step(out, "local stack: burst, steady lateness, requests per message")
+        try:
+            from bench import local as local_mod  # noqa: PLC0415 -- needs the local runner
+
+            local = local_mod.measure(options.local, out)
+            out.write(f"   ({time.monotonic() - t:.0f} s)\n")
+        except Exception as e:
+            if options.local.enabled == "yes":
+                raise
+            local_error = f"{type(e).__name__}: {e}"
+            log.warning("local stack measurements skipped: %s", local_error)
+            out.write(f"   skipped: {local_error}\n")
+
+    doc = assemble(
+        options=options,
+        machine=machine,
+        figures=figures,
+        handlers=handlers,
+        requests=requests,
+        model=model,
+        probe=probe.as_dict(),
+        burst_model=burst_model.as_dict(),
+        local=local,
+        local_error=local_error,
+        hold_ms=hold,
+    )
+    return doc
+
+
+def assemble(
+    *,
+    options: Options,
+    machine: dict[str, Any],
+    figures: dict[str, cpu_mod.CpuFigure],
+    handlers: dict[str, Any],
+    requests: dict[str, Any],
+    model: cost_mod.CostModel,
+    probe: dict[str, Any],
+    burst_model: dict[str, Any],
+    local: dict[str, Any] | None,
+    local_error: str,
+    hold_ms: float,
+) -> dict[str, Any]:
+    """The bench.json document."""
+    settings = bench_settings()
+    cpu = {name: round(f.messages_per_second) for name, f in figures.items()}
+    cpu_doc: dict[str, Any] = {
+        **cpu,
+        "method": cpu_mod.METHOD,
+        "details": {name: f.as_dict() for name, f in figures.items()},
+        "handlers_with_telemetry": {n: h.as_dict() for n, h in handlers.items()},
+    }
+    if local and local.get("lateness"):
+        lateness = local["lateness"]
+    else:
+        lateness = {
+            "p50": None,
+            "p99": None,
+            "max": None,
+            "early": None,
+            "met": None,
+            "early_met": None,
+            "source": "not measured: the local stack did not run"
+            + (f" ({local_error})" if local_error else ""),
+            "model_emitter_hold_ms": round(hold_ms),
+        }
+    if local and local.get("burst"):
+        burst = {**local["burst"]}
+    else:
+        burst = {
+            "messages": burst_model["messages"],
+            "drain_seconds": burst_model["drain_seconds_after_due"],
+            "messages_per_second": burst_model["drain_messages_per_second"],
+            "source": "model (AWS scale-out), not measured: the local stack did not run",
+        }
+    burst["scale_out_10m"] = burst_model
+    burst["scheduler_probe"] = probe
+    req = {**requests}
+    if local and local.get("requests"):
+        req["local_stack"] = local["requests"]
+    doc: dict[str, Any] = {
+        "generated": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": options.command,
+        "machine": machine,
+        "settings": {
+            k: v
+            for k, v in asdict(settings).items()
+            if k
+            in (
+                "horizon_seconds",
+                "lookahead_seconds",
+                "tick_seconds",
+                "shards",
+                "emit_lead_ms",
+                "max_hold_ms",
+                "ttl_grace_seconds",
+            )
+        },
+        "requests_per_message": req,
+        "cpu_messages_per_second": cpu_doc,
+        "lateness_ms": lateness,
+        "burst": burst,
+        "cost_usd_per_million": {**model.headline(), "details": model.as_dict()},
+    }
+    if local:
+        doc["local_stack"] = {k: v for k, v in local.items() if k not in ("lateness", "burst")}
+    doc["findings"] = findings(doc)
+    return doc
+
+
+def findings(doc: dict[str, Any]) -> list[str]:
+    """Plain sentences for every missed target and modelled failure."""
+    out: list[str] = []
+    req = doc["requests_per_message"]
+    t = req["targets"]
+    item_bytes = doc["cost_usd_per_million"]["details"]["measured_inputs"]["item_bytes"]
+    if not t["dynamodb_writes_long"]["met_in_request_units"]:
+        out.append(
+            f"DynamoDB writes: {req['dynamodb_writes_long']:.2f} WRU per long message: the "
+            f"stored item of a 1 KB message is {item_bytes} B, over the 1 KB write unit "
+            "(store.message_item adds ~200 B of attributes)"
+        )
+    if not t["dynamodb_reads_long"]["met_in_request_units"]:
+        out.append(
+            f"DynamoDB reads: {req['dynamodb_reads_long']:.2f} RRU "
+            f"({req['dynamodb_read_calls_long']:.3f} calls) per long message: cancel markers "
+            "are read twice per message (scheduler and emitter BatchGetItem, 0.5 RRU per key "
+            "even when absent)"
+        )
+    if not t["sqs"]["met"]:
+        out.append(f"SQS: {req['sqs']:.3f} requests per message, over 0.35")
+    for name, d in doc["cpu_messages_per_second"]["details"].items():
+        if d.get("target_met") is False:
+            out.append(f"{name} CPU {d['messages_per_second']:,.0f}/s is under the 15,000/s target")
+    cost = doc["cost_usd_per_million"]
+    details = cost["details"]
+    if not details["target"]["met"]:
+        top = max(details["designs"]["this_design"]["lines"], key=lambda x: x["usd_per_million"])
+        out.append(
+            f"cost ${cost['this_design']:.2f} per million (target $0.75); largest line: "
+            f"{top['component']} ${top['usd_per_million']:.2f} ({top['detail']})"
+        )
+    out += [n for n in details["designs"]["this_design"]["notes"] if "FALLS BEHIND" in n]
+    model = doc["burst"]["scale_out_10m"]
+    if not model["scheduler_completes"]:
+        out.append(
+            f"burst: the scheduler as built cannot finish a due-second holding more than "
+            f"~{model['scheduler_max_messages_per_second_bucket']:,} messages "
+            "(sequential sends; the watermark moves per whole second)"
+        )
+    out += [n for n in model["notes"] if "FALLS BEHIND" in n]
+    probe = doc["burst"]["scheduler_probe"]
+    if not probe["completed"]:
+        out.append(
+            f"scheduler probe: {probe['messages']:,} messages in one due-second, "
+            f"{probe['send_latency_ms']:g} ms per SendMessageBatch: {len(probe['ticks'])} ticks "
+            f"each sent {probe['ticks'][0]['sent']:,} and were stopped at the timeout; the "
+            f"watermark never moved ({probe['duplicates_sent']:,} duplicates sent)"
+        )
+    overruns = [t for t in doc["burst"].get("invocations_past_timeout", []) if "Scheduler" in t]
+    if overruns:
+        out.append(
+            "local burst: " + "; ".join(overruns) + " (the local runtime lets it finish; Lambda "
+            "would stop it and the next tick would start the second again: see the probe)"
+        )
+    lat = doc["lateness_ms"]
+    if lat.get("sustained") is False:
+        out.append(
+            f"local steady run at {lat['rate_per_second']:g}/s was not sustained: p99 grew from "
+            f"{lat['p99_first_third']} ms to {lat['p99_last_third']} ms"
+        )
+    if lat.get("met") is False or lat.get("early_met") is False:
+        out.append(
+            f"lateness p99 {lat['p99']} ms / max {lat['max']} ms / early {lat['early']} "
+            f"({lat['source']})"
+        )
+    return out
+
+
+def with_overrides(options: Options, **kw: Any) -> Options:
+    """A copy of the options with fields replaced."""
+    return replace(options, **kw)
+
+
+__all__ = ["QUICK", "LocalOptions", "Options", "run", "with_overrides"]

@@ -1,0 +1,98 @@
+"""What the SAM template deploys, as the benchmarks need it: each function's memory, timeout
+and architecture, and the emitter's SQS event source (batch size, batching window, maximum
+concurrency). Read from ``template.yaml`` with the local runner's loader; defaults otherwise."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any, Final
+
+ROOT: Final = Path(__file__).resolve().parent.parent
+TEMPLATE: Final = ROOT / "template.yaml"
+FUNCTIONS: Final = {
+    "IngestFunction": "ingest",
+    "TimerFunction": "timer",
+    "SchedulerFunction": "scheduler",
+    "EmitterFunction": "emitter",
+    "CleanupFunction": "cleanup",
+}
+
+
+@dataclass(frozen=True)
+class FunctionConfig:
+    """Memory, timeouts and architecture of the deployed functions, and the emitter's event
+    source."""
+
+    memory_mb: Mapping[str, int] = field(
+        default_factory=lambda: {
+            "ingest": 512,
+            "timer": 256,
+            "scheduler": 1024,
+            "emitter": 1024,
+            "cleanup": 512,
+        }
+    )
+    timeout_s: Mapping[str, int] = field(
+        default_factory=lambda: {
+            "ingest": 60,
+            "timer": 10,
+            "scheduler": 60,
+            "emitter": 30,
+            "cleanup": 60,
+        }
+    )
+    architecture: str = "arm64"
+    emitter_max_concurrency: int = 100
+    emitter_max_concurrency_limit: int = 1000
+    emitter_batch_size: int = 10
+    emitter_batching_window_s: float = 0.0
+    source: str = "defaults (template.yaml not readable)"
+
+    @classmethod
+    def from_template(cls, path: Path = TEMPLATE) -> FunctionConfig:
+        """Read the template (Globals merged into each function)."""
+        defaults = cls()
+        try:
+            from delayq_local.cfn import load_template  # noqa: PLC0415 -- optional dependency
+
+            template = load_template(path)
+        except Exception:  # noqa: BLE001 -- fall back to the defaults, and say so in `source`
+            return defaults
+        glob = template.function_globals
+        memory = dict(defaults.memory_mb)
+        timeout = dict(defaults.timeout_s)
+        arch = str((glob.get("Architectures") or ["x86_64"])[0])
+        batch, window = defaults.emitter_batch_size, defaults.emitter_batching_window_s
+        for logical_id, name in FUNCTIONS.items():
+            props: Mapping[str, Any] = (template.resources.get(logical_id) or {}).get(
+                "Properties"
+            ) or {}
+            memory[name] = int(props.get("MemorySize") or glob.get("MemorySize") or 128)
+            timeout[name] = int(props.get("Timeout") or glob.get("Timeout") or 3)
+            arch = str((props.get("Architectures") or [arch])[0])
+            if name == "emitter":
+                for event in (props.get("Events") or {}).values():
+                    if event.get("Type") == "SQS":
+                        event_props = event.get("Properties") or {}
+                        batch = int(event_props.get("BatchSize", 10))
+                        window = float(event_props.get("MaximumBatchingWindowInSeconds", 0))
+        param = template.parameters.get("EmitterMaxConcurrency") or {}
+        return cls(
+            memory_mb=memory,
+            timeout_s=timeout,
+            architecture=arch,
+            emitter_max_concurrency=int(param.get("Default", 100)),
+            emitter_max_concurrency_limit=int(param.get("MaxValue", 1000)),
+            emitter_batch_size=batch,
+            emitter_batching_window_s=window,
+            source=path.name,
+        )
+
+
+@cache
+def deployed() -> FunctionConfig:
+    """The repository's template, read once."""
+    return FunctionConfig.from_template()

@@ -1,0 +1,211 @@
+"""The benchmark workload: issue 7's delay mix, 1 KB messages, and the events Lambda would
+deliver for them (Kafka batches for ingest, SQS batches for the emitter).
+
+Everything is deterministic (seeded); building events is never part of a timed region.
+"""
+
+from __future__ import annotations
+
+import base64
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from delayq.contract import DelayRequest, Envelope
+
+DAY_SECONDS: Final = 86_400
+# 2026-11-21T08:00:00Z, the same fixed "now" as the tests.
+NOW_MS: Final = 1_795_248_000_000
+DELAY_TOPIC: Final = "delay-requests"
+TARGET: Final = "orders.timeout"
+ALLOWED_TARGETS: Final = ("orders.*", "reminders")
+
+# A "1 KB message": key + value + user headers = 1,024 bytes (what the payload limit counts).
+KEY_BYTES: Final = 16
+USER_HEADERS: Final = (("trace-id", b"0123456789abcdef"),)
+MESSAGE_BYTES: Final = 1024
+VALUE_BYTES: Final = MESSAGE_BYTES - KEY_BYTES - sum(len(n) + len(v) for n, v in USER_HEADERS)
+
+
+@dataclass(frozen=True)
+class DelayBand:
+    """A share of the traffic with delays uniform in ``[min_s, max_s)``."""
+
+    name: str
+    share: float
+    min_s: float
+    max_s: float
+
+    @property
+    def mean_s(self) -> float:
+        """The mean delay of the band."""
+        return (self.min_s + self.max_s) / 2
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A daily volume, a delay mix and a message size (issue 7 by default)."""
+
+    messages_per_day: float = 100e6
+    bands: tuple[DelayBand, ...] = (
+        DelayBand("under 15 min", 0.20, 1.0, 900.0),
+        DelayBand("1-24 h", 0.50, 3_600.0, 86_400.0),
+        DelayBand("1-7 days", 0.30, 86_400.0, 7 * 86_400.0),
+    )
+    message_bytes: int = MESSAGE_BYTES
+    horizon_seconds: int = 900
+
+    @property
+    def per_second(self) -> float:
+        """Average messages per second."""
+        return self.messages_per_day / DAY_SECONDS
+
+    @property
+    def short_share(self) -> float:
+        """Share of messages due within the horizon (they never touch DynamoDB)."""
+        return sum(b.share for b in self.bands if b.max_s <= self.horizon_seconds)
+
+    @property
+    def long_share(self) -> float:
+        """Share of messages stored in DynamoDB until the scheduler queues them."""
+        return 1.0 - self.short_share
+
+    @property
+    def long_per_second(self) -> float:
+        """Stored messages falling due per second at steady state."""
+        return self.per_second * self.long_share
+
+    @property
+    def mean_delay_s(self) -> float:
+        """The mean delay over the mix."""
+        return sum(b.share * b.mean_s for b in self.bands)
+
+    def describe(self) -> str:
+        """One line for reports."""
+        mix = ", ".join(f"{b.share:.0%} {b.name}" for b in self.bands)
+        return (
+            f"{self.messages_per_day / 1e6:.0f} M messages/day ({self.per_second:,.0f}/s); "
+            f"delays {mix}; {self.message_bytes} B messages"
+        )
+
+
+ISSUE_7 = Workload()
+
+
+def header(name: str, value: bytes) -> dict[str, list[int]]:
+    """One header as the Kafka event source shows it: a byte array."""
+    return {name: list(value)}
+
+
+def kafka_record(
+    offset: int,
+    *,
+    deliver_at_ms: int | None = None,
+    delay_ms: int | None = None,
+    cancel: str | None = None,
+    delay_id: str | None = None,
+    timestamp_ms: int = NOW_MS,
+    partition: int = 0,
+    value_bytes: int = VALUE_BYTES,
+) -> dict[str, Any]:
+    """A 1 KB delay request (or a cancel) as the Kafka event source delivers it."""
+    headers: list[dict[str, list[int]]] = []
+    if cancel is not None:
+        headers.append(header("delay-cancel", cancel.encode()))
+    else:
+        headers.append(header("delay-target", TARGET.encode()))
+        if deliver_at_ms is not None:
+            headers.append(header("delay-deliver-at", str(deliver_at_ms).encode()))
+        else:
+            headers.append(header("delay-ms", str(delay_ms or 0).encode()))
+        if delay_id is not None:
+            headers.append(header("delay-id", delay_id.encode()))
+    headers.extend(header(n, v) for n, v in USER_HEADERS)
+    key = f"key-{offset:012d}".encode()[:KEY_BYTES].ljust(KEY_BYTES, b"-")
+    value = (b"v" * value_bytes) if cancel is None else b""
+    return {
+        "topic": DELAY_TOPIC,
+        "partition": partition,
+        "offset": offset,
+        "timestamp": timestamp_ms,
+        "timestampType": "LOG_APPEND_TIME",
+        "key": base64.b64encode(key).decode(),
+        "value": base64.b64encode(value).decode(),
+        "headers": headers,
+    }
+
+
+def kafka_event(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """An MSK event holding ``records`` grouped by topic-partition."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        grouped.setdefault(f"{r['topic']}-{r['partition']}", []).append(r)
+    return {
+        "eventSource": "aws:kafka",
+        "eventSourceArn": "arn:aws:kafka:us-east-1:123456789012:cluster/delayq/bench-1",
+        "bootstrapServers": "b-1.bench.kafka.us-east-1.amazonaws.com:9098",
+        "records": grouped,
+    }
+
+
+def batched(items: Sequence[Any], size: int) -> Iterator[list[Any]]:
+    """Consecutive slices of at most ``size``."""
+    for start in range(0, len(items), size):
+        yield list(items[start : start + size])
+
+
+def mixed_delays_ms(count: int, workload: Workload, rng: random.Random) -> list[int]:
+    """``count`` delays drawn from the workload's mix (exact shares, shuffled)."""
+    delays: list[int] = []
+    for band in workload.bands:
+        n = round(count * band.share)
+        delays.extend(int(rng.uniform(band.min_s, band.max_s) * 1000) for _ in range(n))
+    delays = (delays + delays[: max(0, count - len(delays))])[:count]
+    rng.shuffle(delays)
+    return delays
+
+
+def delay_request(index: int, due_ms: int, value_bytes: int = VALUE_BYTES) -> DelayRequest:
+    """A parsed 1 KB delay request (what the scheduler reads and the emitter decodes)."""
+    key = f"key-{index:012d}".encode()[:KEY_BYTES].ljust(KEY_BYTES, b"-")
+    return DelayRequest(
+        delay_id=f"{DELAY_TOPIC}-0-{index}",
+        target=TARGET,
+        due_ms=due_ms,
+        key=key,
+        value=b"v" * value_bytes,
+        headers=USER_HEADERS,
+        src=f"{DELAY_TOPIC}-0-{index}",
+    )
+
+
+def sqs_record(
+    index: int, body: str, receive_count: int = 1, sent_ms: int = NOW_MS
+) -> dict[str, Any]:
+    """One record of an SQS event as the Lambda event source delivers it."""
+    return {
+        "messageId": f"00000000-0000-4000-8000-{index:012d}",
+        "receiptHandle": f"rh-{index}",
+        "body": body,
+        "attributes": {
+            "ApproximateReceiveCount": str(receive_count),
+            "SentTimestamp": str(sent_ms),
+            "SenderId": "AIDAEXAMPLE",
+            "ApproximateFirstReceiveTimestamp": str(sent_ms),
+        },
+        "messageAttributes": {},
+        "md5OfBody": "0" * 32,
+        "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:delayq-delay",
+        "awsRegion": "us-east-1",
+    }
+
+
+def emitter_events(messages: int, batch: int, due_ms: int, start: int = 0) -> list[dict[str, Any]]:
+    """SQS events of ``batch`` delay-queue envelopes each, all due at ``due_ms``."""
+    records = [
+        sqs_record(i, Envelope(delay_request(i, due_ms)).encode())
+        for i in range(start, start + messages)
+    ]
+    return [{"Records": chunk} for chunk in batched(records, batch)]

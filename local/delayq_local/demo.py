@@ -1,0 +1,201 @@
+"""`delayq demo`: the whole pipeline on the embedded stack, a mixed workload, and a verdict."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from delayq_local.kafka_mock import CONSUMER_TUNING
+from delayq_local.observe import DeliveryObserver, Rejection, drain_rejections
+from delayq_local.producer import DelayProducer
+from delayq_local.report import DemoReport
+from delayq_local.stack import EmbeddedStack, StackConfig
+from delayq_local.workload import DEFAULT_TARGETS, Workload
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """The workload's size and shape, and how long to wait for it."""
+
+    messages: int = 3000
+    max_delay_seconds: float = 240.0
+    seed: int = 7
+    results: Path = Path("results")
+    settle_seconds: float = 5.0
+    timeout_seconds: float = 120.0
+    cancel_after_seconds: float = 5.0
+    kafka_outage: tuple[float, float] | None = None
+
+
+class Progress:
+    """A one-line progress bar on a terminal; a line every 10 s otherwise."""
+
+    def __init__(self, out: TextIO, total: int) -> None:
+        self._out = out
+        self._total = max(1, total)
+        self._tty = out.isatty()
+        self._last = 0.0
+
+    def update(self, delivered: int, rejected: int, elapsed: float, last_due_in: float) -> None:
+        """Redraw (terminal) or print (log) the state."""
+        now = time.monotonic()
+        if not self._tty and now - self._last < 10:
+            return
+        self._last = now
+        width = 30
+        filled = round(width * min(delivered, self._total) / self._total)
+        wait = f"last due in {last_due_in:3.0f}s" if last_due_in > 0 else "settling"
+        line = (
+            f"[{'#' * filled}{'.' * (width - filled)}] {delivered}/{self._total} delivered"
+            f"  {rejected} rejected  {elapsed:4.0f}s  {wait}"
+        )
+        self._out.write(f"\r{line}" if self._tty else f"{line}\n")
+        self._out.flush()
+
+    def close(self) -> None:
+        """End the progress line."""
+        if self._tty:
+            self._out.write("\n")
+
+
+def run_demo(config: StackConfig, options: DemoOptions, out: TextIO = sys.stderr) -> DemoReport:
+    """Start the stack, send the workload, wait for it, and write `demo.json` + the histogram.
+
+    What the handlers print (their logs, Powertools' metrics) goes to `handlers.log` in the
+    results folder, so the terminal shows the progress.
+    """
+    options.results.mkdir(parents=True, exist_ok=True)
+    with (
+        (options.results / "handlers.log").open("w") as handler_output,
+        contextlib.redirect_stdout(handler_output),
+        warnings.catch_warnings(),
+    ):
+        # Powertools warns on every invocation that adds no metric.
+        warnings.filterwarnings("ignore", message="No application metrics to publish")
+        return _run(config, options, out)
+
+
+def _run(config: StackConfig, options: DemoOptions, out: TextIO) -> DemoReport:
+    started = time.monotonic()
+    with EmbeddedStack(config) as stack:
+        out.write(
+            f"stack up in {time.monotonic() - started:.1f}s: Kafka {stack.kafka_bootstrap}, "
+            f"AWS {stack.aws_endpoint_url}\n"
+        )
+        topics = config.topics or DEFAULT_TARGETS
+        tuning = CONSUMER_TUNING if stack.mock_kafka is not None else None
+        observer = DeliveryObserver(stack.kafka_bootstrap, topics, tuning).start()
+        rejections: list[Rejection] = []
+        try:
+            workload = Workload.generate(
+                int(time.time() * 1000),
+                options.messages,
+                max_delay_seconds=options.max_delay_seconds,
+                seed=options.seed,
+                targets=topics,
+            )
+            with DelayProducer(stack.kafka_bootstrap, topic=stack.delay_topic) as producer:
+                workload.send(producer)
+                out.write(
+                    f"sent {len(workload.messages)} requests and {len(workload.invalid)} invalid "
+                    f"records to {stack.delay_topic}; waiting for the last due time\n"
+                )
+                rejections = _wait(
+                    stack,
+                    workload=workload,
+                    producer=producer,
+                    observer=observer,
+                    options=options,
+                    out=out,
+                )
+        finally:
+            observer.stop()
+        extra: dict[str, Any] = {
+            "duration_seconds": round(time.monotonic() - started, 1),
+            "messages_sent": len(workload.messages) + len(workload.invalid),
+            "time_compression": asdict(config.time) if config.time else None,
+            "kafka_outage": options.kafka_outage,
+            "unreadable_deliveries": observer.unreadable,
+            "sources": stack.stats(),
+        }
+    deliveries = observer.deliveries()
+    report = DemoReport.build(workload, deliveries, rejections, extra)
+    report.write(options.results, deliveries)
+    return report
+
+
+def _wait(
+    stack: EmbeddedStack,
+    *,
+    workload: Workload,
+    producer: DelayProducer,
+    observer: DeliveryObserver,
+    options: DemoOptions,
+    out: TextIO,
+) -> list[Rejection]:
+    sqs = stack.client("sqs")
+    reject_queue = stack.resource("RejectQueue").ref
+    expected = workload.expected
+    progress = Progress(out, len(expected))
+    begin = time.time()
+    cancels_sent = False
+    outage = _Outage(stack, options.kafka_outage, begin)
+    settle_at = workload.last_due_ms / 1000 + options.settle_seconds
+    give_up_at = settle_at + options.timeout_seconds
+    rejections: list[Rejection] = []
+    try:
+        while True:
+            now = time.time()
+            if not cancels_sent and now - begin >= options.cancel_after_seconds:
+                workload.send_cancels(producer)
+                cancels_sent = True
+            outage.step(now)
+            rejections.extend(drain_rejections(sqs, reject_queue))
+            seen = {d.delay_id for d in observer.deliveries()}
+            delivered = sum(1 for i in expected if i in seen)
+            progress.update(delivered, len(rejections), now - begin, settle_at - now)
+            complete = delivered == len(expected) and len(rejections) >= len(workload.invalid)
+            if (complete and now >= settle_at and cancels_sent) or now >= give_up_at:
+                return rejections
+            time.sleep(0.5)
+    finally:
+        outage.end()
+        progress.close()
+
+
+class _Outage:
+    """Takes every mock broker down at `at` seconds for `duration` seconds, once."""
+
+    def __init__(
+        self, stack: EmbeddedStack, plan: tuple[float, float] | None, begin: float
+    ) -> None:
+        self._cluster = stack.mock_kafka
+        self._window = (begin + plan[0], begin + plan[0] + plan[1]) if plan else None
+        self._down = False
+        self._done = False
+
+    def step(self, now: float) -> None:
+        if self._window is None or self._cluster is None or self._done:
+            return
+        start, end = self._window
+        if not self._down and start <= now < end:
+            log.warning("taking the Kafka brokers down for %.0fs", end - start)
+            self._cluster.broker_down(-1)
+            self._down = True
+        elif self._down and now >= end:
+            self.end()
+
+    def end(self) -> None:
+        if self._down and self._cluster is not None:
+            self._cluster.broker_up(-1)
+            log.warning("Kafka brokers are up again")
+        self._down = False
+        self._done = True

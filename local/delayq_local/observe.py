@@ -1,0 +1,155 @@
+"""Watching the outputs: deliveries on the target topics, rejections on the reject queue."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, Message, TopicPartition
+
+from delayq import constants as c
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One record seen on a target topic, with the emitter's delivery headers."""
+
+    delay_id: str
+    topic: str
+    due_ms: int
+    emitted_ms: int
+    received_ms: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """One reject-queue message: the reason, and the rejected record's value."""
+
+    reason: str
+    detail: str
+    value: bytes | None
+
+
+class DeliveryObserver:
+    """A consumer (its own group, from the beginning) on the target topics, in a thread."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topics: Sequence[str],
+        consumer_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap_servers,
+                "group.id": f"delayq-observer-{uuid.uuid4().hex[:8]}",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                **(consumer_config or {}),
+            }
+        )
+        self._topics = list(topics)
+        self._deliveries: list[Delivery] = []
+        self._lock = threading.Lock()
+        self._assigned = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="observer", daemon=True)
+        self.unreadable = 0
+
+    def start(self, timeout: float = 30.0) -> DeliveryObserver:
+        """Subscribe and wait until the partitions are assigned."""
+        self._thread.start()
+        if not self._assigned.wait(timeout):
+            raise TimeoutError("the observer got no partitions")
+        return self
+
+    def stop(self) -> None:
+        """Stop consuming and close the consumer."""
+        self._stop.set()
+        self._thread.join(30)
+
+    def deliveries(self) -> list[Delivery]:
+        """Everything seen so far, in arrival order."""
+        with self._lock:
+            return list(self._deliveries)
+
+    def _run(self) -> None:
+        def assigned(_consumer: Consumer, _partitions: list[TopicPartition]) -> None:
+            self._assigned.set()
+
+        self._consumer.subscribe(self._topics, on_assign=assigned)
+        try:
+            while not self._stop.is_set():
+                # poll() returns as soon as a record is there; consume() would wait to fill a batch.
+                message = self._consumer.poll(0.2)
+                if message is not None:
+                    self._accept(message)
+        finally:
+            self._consumer.close()
+
+    def _accept(self, message: Message) -> None:
+        if message.error() is not None:
+            return
+        received_ms = int(time.time() * 1000)
+        headers = message.headers() or []
+        pairs = headers.items() if isinstance(headers, dict) else headers
+        fields = dict(pairs)
+        try:
+            delivery = Delivery(
+                delay_id=_text(fields[c.HEADER_ID]),
+                topic=str(message.topic()),
+                due_ms=int(_text(fields[c.HEADER_DUE_MS])),
+                emitted_ms=int(_text(fields[c.HEADER_EMITTED_MS])),
+                received_ms=received_ms,
+                attempt=int(_text(fields.get(c.HEADER_ATTEMPT) or b"1")),
+            )
+        except (KeyError, ValueError) as e:
+            self.unreadable += 1
+            log.warning("a record without readable delivery headers: %r", e)
+            return
+        with self._lock:
+            self._deliveries.append(delivery)
+
+
+def _text(value: bytes | str | None) -> str:
+    if isinstance(value, bytes):
+        return value.decode()
+    return value or ""
+
+
+def drain_rejections(sqs: Any, queue_url: str) -> list[Rejection]:
+    """Read (and delete) what the reject queue holds now."""
+    found: list[Rejection] = []
+    while True:
+        messages = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10).get(
+            "Messages", []
+        )
+        if not messages:
+            return found
+        for message in messages:
+            body = json.loads(message["Body"])
+            record = body.get("record") or {}
+            raw = record.get("value") if isinstance(record, dict) else None
+            found.append(
+                Rejection(
+                    reason=str(body.get("reason")),
+                    detail=str(body.get("detail")),
+                    value=base64.b64decode(raw) if isinstance(raw, str) else None,
+                )
+            )
+        sqs.delete_message_batch(
+            QueueUrl=queue_url,
+            Entries=[
+                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)
+            ],
+        )

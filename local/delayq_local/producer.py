@@ -1,0 +1,116 @@
+"""Writing delay requests and cancels to the delay topic, with the contract's headers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from delayq import constants as c
+from delayq_local.exceptions import LocalStackError
+
+Header = tuple[str, bytes | None]
+
+
+@dataclass(frozen=True)
+class Due:
+    """When a request is due: exactly one of the three forms the contract accepts."""
+
+    seconds: float | None = None
+    ms: int | None = None
+    at_ms: int | None = None
+
+    def header(self) -> Header:
+        """The one control header that carries this due time."""
+        given = [
+            (name, value)
+            for name, value in (
+                (c.HEADER_DELAY_SECONDS, self.seconds),
+                (c.HEADER_DELAY_MS, self.ms),
+                (c.HEADER_DELIVER_AT, self.at_ms),
+            )
+            if value is not None
+        ]
+        if len(given) != 1:
+            raise LocalStackError("give exactly one of seconds, ms, at_ms")
+        name, value = given[0]
+        return name, str(value).encode()
+
+
+@dataclass
+class DelayProducer:
+    """A producer for the delay topic; delivery failures are collected, not raised mid-batch."""
+
+    bootstrap_servers: str
+    topic: str = "delay-requests"
+    config: Mapping[str, Any] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list, init=False)
+
+    def __post_init__(self) -> None:
+        self._producer = Producer(
+            {"bootstrap.servers": self.bootstrap_servers, "linger.ms": 5, **self.config}
+        )
+
+    def send(
+        self,
+        target: str,
+        due: Due,
+        *,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        delay_id: str | None = None,
+        headers: Sequence[Header] = (),
+    ) -> None:
+        """Queue one delay request (call `flush()` to wait for the broker's acknowledgement)."""
+        control: list[Header] = [(c.HEADER_TARGET, target.encode()), due.header()]
+        if delay_id is not None:
+            control.append((c.HEADER_ID, delay_id.encode()))
+        self.send_raw([*headers, *control], value=value, key=key)
+
+    def cancel(self, delay_id: str) -> None:
+        """Queue a cancel record for `delay_id`."""
+        self.send_raw([(c.HEADER_CANCEL, delay_id.encode())])
+
+    def send_raw(
+        self, headers: Sequence[Header], *, value: bytes | None = None, key: bytes | None = None
+    ) -> None:
+        """Queue a record with exactly these headers (invalid requests included)."""
+        self._producer.produce(
+            self.topic, value=value, key=key, headers=list(headers), on_delivery=self._delivered
+        )
+        self._producer.poll(0)
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Wait until every queued record is acknowledged; raise if any is not."""
+        remaining = self._producer.flush(timeout)
+        if remaining:
+            raise LocalStackError(f"{remaining} record(s) not acknowledged within {timeout}s")
+        if self.failures:
+            raise LocalStackError(f"{len(self.failures)} record(s) failed: {self.failures[0]}")
+
+    def close(self) -> None:
+        """Drop whatever is not sent yet and release the client (`flush()` first to keep it)."""
+        self._producer.purge()
+        self._producer.close()
+
+    def _delivered(self, error: KafkaError | None, message: Message) -> None:
+        if error is not None:
+            self.failures.append(f"{message.topic()}: {error}")
+
+    def __enter__(self) -> DelayProducer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if exc is None:
+                self.flush()
+        finally:
+            self.close()

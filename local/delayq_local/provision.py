@@ -1,0 +1,456 @@
+"""Create the template's queues, table and buckets on an AWS endpoint; resolve its functions.
+
+Resource definitions come from the template only: properties are translated to API calls, names
+are the template's (with `AWS::StackName` set to the local stack name) or `<stack>-<LogicalId>`.
+Resources the local runner does not create (roles, alarms, Glue jobs, the layer) still resolve,
+to placeholder names, so that environment variables referring to them can be computed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from delayq_local.aws import AwsEndpoint
+from delayq_local.cfn import Resolver, Template
+from delayq_local.exceptions import ProvisionError, TemplateError
+from delayq_local.specs import FunctionSpec, function_spec, mapping_event, merge_globals
+
+log = logging.getLogger(__name__)
+
+SQS_QUEUE: Final = "AWS::SQS::Queue"
+DYNAMODB_TABLE: Final = "AWS::DynamoDB::Table"
+S3_BUCKET: Final = "AWS::S3::Bucket"
+SERVERLESS_FUNCTION: Final = "AWS::Serverless::Function"
+EVENT_SOURCE_MAPPING: Final = "AWS::Lambda::EventSourceMapping"
+_CREATED_TYPES: Final = (SQS_QUEUE, DYNAMODB_TABLE, S3_BUCKET)
+
+
+@dataclass(frozen=True)
+class ProvisionedResource:
+    """A created resource: what `Ref` and `Fn::GetAtt` give, and its resolved properties."""
+
+    logical_id: str
+    type: str
+    ref: str
+    attributes: Mapping[str, str]
+    properties: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The template as deployed locally: created resources, resolved functions, outputs."""
+
+    stack_name: str
+    region: str
+    account: str
+    resources: Mapping[str, ProvisionedResource]
+    functions: Mapping[str, FunctionSpec]
+    outputs: Mapping[str, Any]
+
+    def by_arn(self, arn: str) -> ProvisionedResource:
+        """The created resource whose `Arn` (or a table's `StreamArn`) is `arn`."""
+        for resource in self.resources.values():
+            if arn in (resource.attributes.get("Arn"), resource.attributes.get("StreamArn")):
+                return resource
+        raise ProvisionError(f"no provisioned resource has ARN {arn}")
+
+    def of_type(self, resource_type: str) -> Iterator[ProvisionedResource]:
+        """The created resources of one CloudFormation type."""
+        return (r for r in self.resources.values() if r.type == resource_type)
+
+
+def provision(
+    template: Template,
+    stack_name: str,
+    endpoint: AwsEndpoint,
+    parameters: Mapping[str, str] | None = None,
+) -> Deployment:
+    """Create the template's SQS queues, DynamoDB tables and S3 buckets; resolve the rest."""
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9-]{0,63}", stack_name):
+        raise TemplateError(f"bad stack name {stack_name!r} (letters, digits, hyphens)")
+    account = str(endpoint.client("sts").get_caller_identity()["Account"])
+    lookup = _Lookup(template, stack_name, endpoint.region, account)
+    resolver = Resolver(
+        template=template,
+        parameters=template.parameter_values(parameters),
+        pseudo={
+            "AWS::StackName": stack_name,
+            "AWS::Region": endpoint.region,
+            "AWS::AccountId": account,
+            "AWS::Partition": "aws",
+            "AWS::URLSuffix": "amazonaws.com",
+            "AWS::StackId": f"arn:aws:cloudformation:{endpoint.region}:{account}:stack/"
+            f"{stack_name}/local",
+            "AWS::NotificationARNs": [],
+        },
+        resources=lookup,
+    )
+    for logical_id, resource in template.resources.items():
+        function_name = (resource.get("Properties") or {}).get("FunctionName")
+        if resource.get("Type") == SERVERLESS_FUNCTION and function_name is not None:
+            lookup.names[logical_id] = str(resolver.resolve(function_name))
+    creators: Mapping[str, Callable[[_Context, str, dict[str, Any]], ProvisionedResource]] = {
+        SQS_QUEUE: _create_queue,
+        DYNAMODB_TABLE: _create_table,
+        S3_BUCKET: _create_bucket,
+    }
+    wanted = {
+        logical_id: resource
+        for logical_id, resource in template.resources.items()
+        if resource.get("Type") in creators and resolver.included(resource)
+    }
+    context = _Context(stack_name=stack_name, endpoint=endpoint)
+    for logical_id in _creation_order(wanted):
+        resource = wanted[logical_id]
+        properties = resolver.resolve(resource.get("Properties") or {})
+        created = creators[resource["Type"]](context, logical_id, properties)
+        lookup.created[logical_id] = created
+        log.info("created %s %s: %s", resource["Type"], logical_id, created.ref)
+
+    functions = _functions(template, resolver, lookup)
+    outputs = {
+        name: resolver.resolve(output.get("Value"))
+        for name, output in (template.body.get("Outputs") or {}).items()
+        if resolver.included(output)
+    }
+    return Deployment(
+        stack_name=stack_name,
+        region=endpoint.region,
+        account=account,
+        resources=dict(lookup.created),
+        functions=functions,
+        outputs=outputs,
+    )
+
+
+def _functions(template: Template, resolver: Resolver, lookup: _Lookup) -> dict[str, FunctionSpec]:
+    """The template's functions, with their SAM `Events` and event source mapping resources."""
+    functions = {}
+    for logical_id, resource in template.resources.items():
+        if resource.get("Type") != SERVERLESS_FUNCTION or not resolver.included(resource):
+            continue
+        merged = merge_globals(template.function_globals, resource.get("Properties") or {})
+        functions[logical_id] = function_spec(
+            logical_id,
+            lookup.ref(logical_id),
+            lookup.get_att(logical_id, "Arn"),
+            resolver.resolve(merged),
+        )
+    for logical_id, resource in template.resources.items():
+        if resource.get("Type") != EVENT_SOURCE_MAPPING or not resolver.included(resource):
+            continue
+        properties = resolver.resolve(resource.get("Properties") or {})
+        target = _function_named(functions, str(properties.get("FunctionName", "")))
+        event = mapping_event(logical_id, properties)
+        functions[target] = replace(functions[target], events=(*functions[target].events, event))
+    return functions
+
+
+def _function_named(functions: Mapping[str, FunctionSpec], name: str) -> str:
+    """The logical id of the function an event source mapping's `FunctionName` designates."""
+    for logical_id, spec in functions.items():
+        if name in (spec.name, spec.arn, logical_id):
+            return logical_id
+    raise TemplateError(f"event source mapping for unknown function {name!r}")
+
+
+@dataclass
+class _Lookup:
+    """`Ref`/`GetAtt` of resources: real values once created, placeholders for the others."""
+
+    template: Template
+    stack_name: str
+    region: str
+    account: str
+    created: dict[str, ProvisionedResource] = field(default_factory=dict)
+    names: dict[str, str] = field(default_factory=dict)
+
+    def ref(self, logical_id: str) -> Any:
+        if logical_id in self.created:
+            return self.created[logical_id].ref
+        self._not_yet(logical_id)
+        return self.names.get(logical_id) or default_name(self.stack_name, logical_id)
+
+    def get_att(self, logical_id: str, attribute: str) -> Any:
+        if logical_id in self.created:
+            attributes = self.created[logical_id].attributes
+            if attribute not in attributes:
+                raise TemplateError(f"Fn::GetAtt {logical_id}.{attribute} is not available")
+            return attributes[attribute]
+        self._not_yet(logical_id)
+        resource_type = str(self.template.resources[logical_id].get("Type"))
+        if resource_type == SERVERLESS_FUNCTION and attribute == "Arn":
+            return f"arn:aws:lambda:{self.region}:{self.account}:function:{self.ref(logical_id)}"
+        service = resource_type.split("::")[1].lower() if "::" in resource_type else "local"
+        return f"arn:aws:{service}:{self.region}:{self.account}:{logical_id}/{attribute}"
+
+    def _not_yet(self, logical_id: str) -> None:
+        if self.template.resources[logical_id].get("Type") in _CREATED_TYPES:
+            raise TemplateError(f"{logical_id} is referenced before it exists (or is excluded)")
+
+
+@dataclass(frozen=True)
+class _Context:
+    stack_name: str
+    endpoint: AwsEndpoint
+
+
+def default_name(stack_name: str, logical_id: str) -> str:
+    """The name of a resource the template leaves unnamed: `<stack>-<LogicalId>`."""
+    return f"{stack_name}-{logical_id}"
+
+
+def _creation_order(resources: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Logical ids ordered so that a resource comes after those its properties refer to."""
+    depends = {
+        logical_id: _references(resource.get("Properties") or {}) & set(resources)
+        for logical_id, resource in resources.items()
+    }
+    ordered: list[str] = []
+    visiting: set[str] = set()
+
+    def visit(logical_id: str) -> None:
+        if logical_id in ordered:
+            return
+        if logical_id in visiting:
+            raise TemplateError(f"circular reference through {logical_id}")
+        visiting.add(logical_id)
+        for dependency in sorted(depends[logical_id]):
+            visit(dependency)
+        visiting.discard(logical_id)
+        ordered.append(logical_id)
+
+    for logical_id in sorted(resources):
+        visit(logical_id)
+    return ordered
+
+
+def _references(value: Any) -> set[str]:
+    found: set[str] = set()
+    if isinstance(value, dict):
+        for key, arg in value.items():
+            if key == "Ref" and isinstance(arg, str):
+                found.add(arg)
+            elif key == "Fn::GetAtt" and isinstance(arg, list) and arg:
+                found.add(str(arg[0]))
+            elif key == "Fn::Sub":
+                text = arg if isinstance(arg, str) else arg[0]
+                found.update(m.split(".", 1)[0] for m in re.findall(r"\$\{([^}!]*)\}", text))
+            found |= _references(arg)
+    elif isinstance(value, list):
+        for item in value:
+            found |= _references(item)
+    return found
+
+
+def _api_bool(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() == "true"
+    return bool(value)
+
+
+def _queue_attribute(value: Any) -> str:
+    if isinstance(value, dict | list):
+        return json.dumps(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _create_queue(context: _Context, logical_id: str, props: dict[str, Any]) -> ProvisionedResource:
+    fifo = _api_bool(props.get("FifoQueue", False))
+    name = str(
+        props.get("QueueName")
+        or default_name(context.stack_name, logical_id) + (".fifo" if fifo else "")
+    )
+    # Every other CloudFormation property of a queue is an SQS attribute of the same name.
+    attributes = {
+        key: _queue_attribute(value)
+        for key, value in props.items()
+        if key not in ("QueueName", "Tags")
+    }
+    kwargs: dict[str, Any] = {"QueueName": name, "Attributes": attributes}
+    tags = {t["Key"]: str(t["Value"]) for t in props.get("Tags") or []}
+    if tags:
+        kwargs["tags"] = tags
+    sqs = context.endpoint.client("sqs")
+    try:
+        url = sqs.create_queue(**kwargs)["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
+    except (BotoCoreError, ClientError) as e:
+        raise ProvisionError(f"{logical_id}: create queue {name}: {e}") from e
+    return ProvisionedResource(
+        logical_id=logical_id,
+        type=SQS_QUEUE,
+        ref=url,
+        attributes={"Arn": arn, "QueueName": name, "QueueUrl": url},
+        properties=props,
+    )
+
+
+_TABLE_PASS_THROUGH: Final = (
+    "AttributeDefinitions",
+    "KeySchema",
+    "BillingMode",
+    "GlobalSecondaryIndexes",
+    "LocalSecondaryIndexes",
+    "TableClass",
+    "Tags",
+)
+_TABLE_AFTER_CREATE: Final = ("TimeToLiveSpecification", "PointInTimeRecoverySpecification")
+
+
+def _throughput(value: Mapping[str, Any]) -> dict[str, int]:
+    return {key: int(v) for key, v in value.items()}
+
+
+def _table_request(name: str, logical_id: str, props: Mapping[str, Any]) -> dict[str, Any]:
+    """CreateTable arguments from the table's CloudFormation properties."""
+    kwargs: dict[str, Any] = {"TableName": name}
+    kwargs.update({key: props[key] for key in _TABLE_PASS_THROUGH if key in props})
+    if "DeletionProtectionEnabled" in props:
+        kwargs["DeletionProtectionEnabled"] = _api_bool(props["DeletionProtectionEnabled"])
+    if "ProvisionedThroughput" in props:
+        kwargs["ProvisionedThroughput"] = _throughput(props["ProvisionedThroughput"])
+    for index in kwargs.get("GlobalSecondaryIndexes", []):
+        if "ProvisionedThroughput" in index:
+            index["ProvisionedThroughput"] = _throughput(index["ProvisionedThroughput"])
+    if "StreamSpecification" in props:
+        kwargs["StreamSpecification"] = {
+            "StreamEnabled": True,
+            "StreamViewType": props["StreamSpecification"]["StreamViewType"],
+        }
+    if "SSESpecification" in props:
+        sse = dict(props["SSESpecification"])
+        kwargs["SSESpecification"] = {
+            "Enabled": _api_bool(sse.pop("SSEEnabled", False)),
+            **sse,
+        }
+    ignored = set(props) - set(kwargs) - {"TableName", *_TABLE_AFTER_CREATE}
+    if ignored:
+        log.info("%s: not emulated locally: %s", logical_id, ", ".join(sorted(ignored)))
+    return kwargs
+
+
+def _create_table(context: _Context, logical_id: str, props: dict[str, Any]) -> ProvisionedResource:
+    name = str(props.get("TableName") or default_name(context.stack_name, logical_id))
+    dynamodb = context.endpoint.client("dynamodb")
+    try:
+        try:
+            dynamodb.create_table(**_table_request(name, logical_id, props))
+        except ClientError as e:
+            if e.response["Error"]["Code"] != "ResourceInUseException":
+                raise
+            log.info("%s: table %s exists, reusing it", logical_id, name)
+        dynamodb.get_waiter("table_exists").wait(
+            TableName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 60}
+        )
+        ttl = props.get("TimeToLiveSpecification")
+        if ttl and _api_bool(ttl.get("Enabled", False)):
+            current = dynamodb.describe_time_to_live(TableName=name)["TimeToLiveDescription"]
+            if current.get("TimeToLiveStatus") not in ("ENABLED", "ENABLING"):
+                dynamodb.update_time_to_live(
+                    TableName=name,
+                    TimeToLiveSpecification={
+                        "Enabled": True,
+                        "AttributeName": ttl["AttributeName"],
+                    },
+                )
+        pitr = props.get("PointInTimeRecoverySpecification")
+        if pitr and _api_bool(pitr.get("PointInTimeRecoveryEnabled", False)):
+            dynamodb.update_continuous_backups(
+                TableName=name,
+                PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True},
+            )
+        table = dynamodb.describe_table(TableName=name)["Table"]
+    except (BotoCoreError, ClientError) as e:
+        raise ProvisionError(f"{logical_id}: create table {name}: {e}") from e
+    attributes = {"Arn": table["TableArn"]}
+    if table.get("LatestStreamArn"):
+        attributes["StreamArn"] = table["LatestStreamArn"]
+    return ProvisionedResource(
+        logical_id=logical_id,
+        type=DYNAMODB_TABLE,
+        ref=name,
+        attributes=attributes,
+        properties=props,
+    )
+
+
+def _create_bucket(
+    context: _Context, logical_id: str, props: dict[str, Any]
+) -> ProvisionedResource:
+    name = str(props.get("BucketName") or default_name(context.stack_name, logical_id)).lower()
+    s3 = context.endpoint.client("s3")
+    region = context.endpoint.region
+    kwargs: dict[str, Any] = {"Bucket": name}
+    if region != "us-east-1":
+        kwargs["CreateBucketConfiguration"] = {"LocationConstraint": region}
+    try:
+        try:
+            s3.create_bucket(**kwargs)
+        except ClientError as e:
+            if e.response["Error"]["Code"] != "BucketAlreadyOwnedByYou":
+                raise
+        if "VersioningConfiguration" in props:
+            s3.put_bucket_versioning(
+                Bucket=name,
+                VersioningConfiguration={"Status": props["VersioningConfiguration"]["Status"]},
+            )
+        encryption = props.get("BucketEncryption")
+        if encryption:
+            s3.put_bucket_encryption(
+                Bucket=name,
+                ServerSideEncryptionConfiguration={
+                    "Rules": [
+                        _encryption_rule(r) for r in encryption["ServerSideEncryptionConfiguration"]
+                    ]
+                },
+            )
+        block = props.get("PublicAccessBlockConfiguration")
+        if block:
+            s3.put_public_access_block(
+                Bucket=name,
+                PublicAccessBlockConfiguration={k: _api_bool(v) for k, v in block.items()},
+            )
+    except (BotoCoreError, ClientError) as e:
+        raise ProvisionError(f"{logical_id}: create bucket {name}: {e}") from e
+    handled = {
+        "BucketName",
+        "VersioningConfiguration",
+        "BucketEncryption",
+        "PublicAccessBlockConfiguration",
+    }
+    ignored = set(props) - handled
+    if ignored:
+        log.info("%s: not emulated locally: %s", logical_id, ", ".join(sorted(ignored)))
+    return ProvisionedResource(
+        logical_id=logical_id,
+        type=S3_BUCKET,
+        ref=name,
+        attributes={
+            "Arn": f"arn:aws:s3:::{name}",
+            "DomainName": f"{name}.s3.amazonaws.com",
+            "RegionalDomainName": f"{name}.s3.{region}.amazonaws.com",
+        },
+        properties=props,
+    )
+
+
+def _encryption_rule(rule: Mapping[str, Any]) -> dict[str, Any]:
+    """A CloudFormation `ServerSideEncryptionRule` in PutBucketEncryption's shape."""
+    api: dict[str, Any] = {}
+    if "ServerSideEncryptionByDefault" in rule:
+        api["ApplyServerSideEncryptionByDefault"] = rule["ServerSideEncryptionByDefault"]
+    if "BucketKeyEnabled" in rule:
+        api["BucketKeyEnabled"] = _api_bool(rule["BucketKeyEnabled"])
+    return api

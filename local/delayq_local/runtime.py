@@ -1,0 +1,161 @@
+"""Invoking a handler the way Lambda does: an event, a context with a deadline, errors captured.
+
+A `LocalFunction` makes execution environments; each loads its own copy of the handler module
+(its own cold start and globals), as separate Lambda sandboxes would. One environment runs one
+invocation at a time.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from delayq_local.exceptions import HandlerLoadError
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Any, Any], Any]
+
+
+@dataclass
+class LambdaContext:
+    """The attributes and the one method of Lambda's Python context object that handlers use."""
+
+    function_name: str
+    invoked_function_arn: str
+    memory_limit_in_mb: int
+    aws_request_id: str
+    deadline_ms: int
+    function_version: str = "$LATEST"
+    log_group_name: str = ""
+    log_stream_name: str = "local"
+    identity: Any = None
+    client_context: Any = None
+
+    def __post_init__(self) -> None:
+        if not self.log_group_name:
+            self.log_group_name = f"/aws/lambda/{self.function_name}"
+
+    def get_remaining_time_in_millis(self) -> int:
+        """Milliseconds left before the deadline (0 once it has passed)."""
+        return max(0, self.deadline_ms - int(time.time() * 1000))
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """The outcome of one invocation. `timed_out`: it ran past the deadline, and Lambda would
+    have stopped it, so its response does not count."""
+
+    request_id: str
+    response: Any
+    error: BaseException | None
+    duration_seconds: float
+    timed_out: bool
+
+    @property
+    def ok(self) -> bool:
+        """Returned within the deadline without raising."""
+        return self.error is None and not self.timed_out
+
+    def describe_error(self) -> tuple[str, str]:
+        """`(error type, message)` as Lambda reports a function error."""
+        if self.timed_out:
+            return "TimeoutError", f"Task timed out after {self.duration_seconds:.2f} seconds"
+        if self.error is None:
+            return "", ""
+        return type(self.error).__name__, str(self.error)
+
+
+@dataclass(frozen=True)
+class LocalFunction:
+    """A function to invoke locally: its name, limits, and how to load a fresh handler."""
+
+    name: str
+    loader: Callable[[], Handler]
+    timeout_seconds: float = 3.0
+    memory_mb: int = 128
+    arn: str = ""
+
+    @classmethod
+    def of(
+        cls, handler: Handler, name: str = "local-function", timeout_seconds: float = 3.0
+    ) -> LocalFunction:
+        """A function whose environments all share one callable (fake handlers in tests)."""
+        return cls(name=name, loader=lambda: handler, timeout_seconds=timeout_seconds)
+
+    def environment(self) -> ExecutionEnvironment:
+        """A new execution environment (loads the handler: a cold start)."""
+        return ExecutionEnvironment(self, self.loader())
+
+
+@dataclass
+class ExecutionEnvironment:
+    """One sandbox: a loaded handler, invoked one event at a time."""
+
+    function: LocalFunction
+    handler: Handler
+
+    def invoke(self, event: Any) -> Invocation:
+        """Call the handler with `event` and a fresh context; capture what it returns or raises."""
+        request_id = str(uuid.uuid4())
+        started = time.time()
+        arn = (
+            self.function.arn or f"arn:aws:lambda:local:000000000000:function:{self.function.name}"
+        )
+        context = LambdaContext(
+            function_name=self.function.name,
+            invoked_function_arn=arn,
+            memory_limit_in_mb=self.function.memory_mb,
+            aws_request_id=request_id,
+            deadline_ms=int((started + self.function.timeout_seconds) * 1000),
+        )
+        response: Any = None
+        error: BaseException | None = None
+        try:
+            response = self.handler(event, context)
+        # The runtime turns any exception into a function error; it is recorded, not dropped.
+        except Exception as e:
+            error = e
+            log.warning("%s %s failed: %r", self.function.name, request_id, e, exc_info=e)
+        duration = time.time() - started
+        timed_out = duration > self.function.timeout_seconds
+        if timed_out:
+            log.warning(
+                "%s %s ran %.2fs, past its %.0fs timeout",
+                self.function.name,
+                request_id,
+                duration,
+                self.function.timeout_seconds,
+            )
+        return Invocation(request_id, response, error, duration, timed_out)
+
+
+def load_handler(path: Path, attribute: str, module_name: str) -> Handler:
+    """Import `path` as a new module named `module_name` and return its `attribute`.
+
+    The module is registered in `sys.modules` under that unique name (dataclasses and pickling
+    look modules up there) but nothing is added to `sys.path`.
+    """
+    if not path.is_file():
+        raise HandlerLoadError(f"no handler file {path}")
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise HandlerLoadError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        del sys.modules[module_name]
+        raise HandlerLoadError(f"importing {path} failed: {e!r}") from e
+    handler = getattr(module, attribute, None)
+    if not callable(handler):
+        raise HandlerLoadError(f"{path} has no callable {attribute}")
+    return handler  # type: ignore[no-any-return]

@@ -1,0 +1,124 @@
+"""librdkafka's mock cluster, driven through ctypes, with real confluent-kafka clients."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Message, Producer
+
+from delayq_local import ApiKey, KafkaMockError, MockKafkaCluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
+
+
+def consume_all(bootstrap: str, topic: str, expected: int, timeout: float) -> list[Message]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"g-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([topic])
+    messages: list[Message] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(messages) < expected and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                messages.append(message)
+    finally:
+        consumer.close()
+    return messages
+
+
+def test_real_clients_produce_and_consume_through_the_mock(kafka: MockKafkaCluster) -> None:
+    topic = f"roundtrip-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic, partitions=3)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    for i in range(30):
+        producer.produce(topic, key=f"k{i}", value=f"v{i}".encode(), headers=[("h", b"\xff")])
+    assert producer.flush(10) == 0
+
+    messages = consume_all(kafka.bootstrap_servers, topic, 30, timeout=20)
+
+    assert sorted(m.value() or b"" for m in messages) == sorted(f"v{i}".encode() for i in range(30))
+    assert {m.partition() for m in messages} == {0, 1, 2}
+    assert messages[0].headers() == [("h", b"\xff")]
+
+
+def test_create_topic_sets_the_partition_count(kafka: MockKafkaCluster) -> None:
+    topic = f"parts-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic, partitions=5)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+
+    metadata = producer.list_topics(topic, timeout=10)
+
+    assert len(metadata.topics[topic].partitions) == 5
+
+
+def test_records_produced_while_the_broker_is_down_arrive_after_it_is_up() -> None:
+    with MockKafkaCluster(brokers=1) as cluster:
+        topic = "outage"
+        cluster.create_topic(topic, partitions=1)
+        producer = Producer(
+            {"bootstrap.servers": cluster.bootstrap_servers, "message.timeout.ms": 30000}
+        )
+        producer.produce(topic, value=b"before")
+        assert producer.flush(10) == 0
+        delivered: list[bytes | None] = []
+
+        cluster.broker_down(1)
+        for i in range(5):
+            producer.produce(
+                topic,
+                value=f"during-{i}".encode(),
+                on_delivery=lambda err, msg: delivered.append(msg.value()) if err is None else None,
+            )
+        down_until = time.monotonic() + 3
+        while time.monotonic() < down_until:
+            producer.poll(0.2)
+        assert delivered == []  # nothing can be acknowledged by a broker that is down
+        cluster.broker_up(1)
+
+        assert producer.flush(20) == 0
+        assert len(delivered) == 5
+        values = [m.value() for m in consume_all(cluster.bootstrap_servers, topic, 6, timeout=20)]
+        assert values == [b"before", *(f"during-{i}".encode() for i in range(5))]
+
+
+def test_pushed_request_errors_fail_the_next_requests_of_that_type(
+    kafka: MockKafkaCluster,
+) -> None:
+    topic = f"errors-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic, partitions=1)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "retries": 0})
+    producer.list_topics(topic, timeout=10)
+    reports: list[KafkaError | None] = []
+
+    kafka.push_request_errors(ApiKey.PRODUCE, [KafkaError.MSG_SIZE_TOO_LARGE])
+    producer.produce(topic, value=b"refused", on_delivery=lambda err, _msg: reports.append(err))
+    producer.flush(10)
+    producer.produce(topic, value=b"accepted", on_delivery=lambda err, _msg: reports.append(err))
+    producer.flush(10)
+
+    first, second = reports
+    assert first is not None
+    assert first.code() == KafkaError.MSG_SIZE_TOO_LARGE
+    assert second is None
+
+
+def test_calls_on_a_stopped_cluster_raise() -> None:
+    cluster = MockKafkaCluster()
+
+    with pytest.raises(KafkaMockError):
+        _ = cluster.bootstrap_servers
+    with pytest.raises(KafkaMockError):
+        cluster.create_topic("x")
+
+
+def test_a_cluster_needs_a_broker() -> None:
+    with pytest.raises(KafkaMockError):
+        MockKafkaCluster(brokers=0)

@@ -1,0 +1,232 @@
+"""The embedded stack: endpoints, provisioning, environment, handlers wired to their sources."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from delayq_local import EmbeddedStack, MotoServer, StackConfig, reachable
+from delayq_local.aws import localstack_endpoint
+from delayq_local.sources import (
+    KafkaEventSource,
+    ScheduleEventSource,
+    SqsEventSource,
+    StreamEventSource,
+)
+from delayq_local.testing import RecordingHandler, wait_until
+from tests.integration.support import FIXTURES
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
+
+FUNCTIONS = (
+    "IngestFunction",
+    "TimerFunction",
+    "SchedulerFunction",
+    "EmitterFunction",
+    "CleanupFunction",
+)
+
+APP = '''
+"""A probe handler: records its import environment and its invocations in PROBE_FILE."""
+import json
+import os
+
+def _write(entry):
+    with open(os.environ["PROBE_FILE"], "a") as probe:
+        probe.write(json.dumps(entry) + "\\n")
+
+_write({"imported": __name__, "service": os.environ.get("POWERTOOLS_SERVICE_NAME")})
+
+def handler(event, context):
+    _write({"invoked": __name__, "function": context.function_name})
+    return {"batchItemFailures": []}
+'''
+
+
+def test_the_stack_wires_every_function_to_its_source_and_sets_the_environment(
+    stack_name: str,
+) -> None:
+    handlers = {name: RecordingHandler() for name in FUNCTIONS}
+    config = StackConfig(
+        template=FIXTURES / "template.yaml",
+        stack_name=stack_name,
+        handlers=handlers,
+        schedule_period_seconds=0.5,
+        ttl_sweep_seconds=0.5,
+    )
+    before = dict(os.environ)
+
+    with EmbeddedStack(config) as stack:
+        resources = stack.deployment.resources
+        assert os.environ["AWS_ENDPOINT_URL"] == stack.aws_endpoint_url
+        assert os.environ["AWS_ACCESS_KEY_ID"] == "testing"
+        assert os.environ["DELAYQ_DELAY_QUEUE_URL"] == resources["DelayQueue"].ref
+        assert os.environ["DELAYQ_TICK_QUEUE_URL"] == resources["TickQueue"].ref
+        assert os.environ["DELAYQ_KAFKA_BOOTSTRAP"] == stack.kafka_bootstrap
+        assert os.environ["DELAYQ_KAFKA_SECURITY"] == "PLAINTEXT"
+        assert os.environ["DELAYQ_HORIZON_SECONDS"] == "60"
+        assert os.environ["DELAYQ_TICK_SECONDS"] == "5"
+        assert os.environ["POWERTOOLS_METRICS_DISABLED"] == "true"
+        ingest, emitter = stack.source("IngestFunction"), stack.source("EmitterFunction")
+        assert isinstance(ingest, KafkaEventSource)
+        assert ingest.consumers == 3  # one per partition of the delay topic
+        assert isinstance(emitter, SqsEventSource)
+        assert emitter.concurrency == 16  # MaximumConcurrency 50, capped locally
+        assert isinstance(stack.source("TimerFunction"), ScheduleEventSource)
+        assert isinstance(stack.source("SchedulerFunction"), SqsEventSource)
+        assert isinstance(stack.source("CleanupFunction"), StreamEventSource)
+        assert [t.table_name for t in stack.ttl_emulators] == [resources["MessageTable"].ref]
+
+        producer = Producer({"bootstrap.servers": stack.kafka_bootstrap})
+        producer.produce("delay-requests", value=b"request")
+        assert producer.flush(10) == 0
+        stack.client("sqs").send_message(QueueUrl=resources["DelayQueue"].ref, MessageBody="due")
+        stack.client("sqs").send_message(
+            QueueUrl=resources["TickQueue"].ref,
+            MessageBody="tick",
+            MessageGroupId="ticks",
+            MessageDeduplicationId="tick-1",
+        )
+        stack.client("dynamodb").put_item(
+            TableName=resources["MessageTable"].ref,
+            Item={"pk": {"S": "p"}, "sk": {"S": "s"}, "expires_at": {"N": "1"}},
+        )
+
+        assert wait_until(lambda: all(h.calls for h in handlers.values()), 30)
+        ingest_event: dict[str, Any] = handlers["IngestFunction"].events[0]
+        assert ingest_event["eventSource"] == "SelfManagedKafka"
+        assert handlers["EmitterFunction"].events[0]["Records"][0]["body"] == "due"
+        assert handlers["CleanupFunction"].events[0]["Records"][0]["userIdentity"]["type"] == (
+            "Service"
+        )
+        assert handlers["TimerFunction"].contexts[0].function_name == (
+            f"{stack_name}-TimerFunction"
+        )
+        assert set(stack.stats()) >= {s.name for s in stack.sources.values()}
+
+    assert dict(os.environ) == before
+
+
+def test_handlers_load_from_their_files_with_their_own_environment(
+    tmp_path: Path, stack_name: str
+) -> None:
+    shutil.copy(FIXTURES / "template.yaml", tmp_path / "template.yaml")
+    for name in ("ingest", "emitter"):
+        (tmp_path / "functions" / name).mkdir(parents=True)
+        (tmp_path / "functions" / name / "app.py").write_text(APP)
+    probe = tmp_path / "probe.jsonl"
+    path_before = list(sys.path)
+    config = StackConfig(
+        project_root=tmp_path,
+        stack_name=stack_name,
+        functions=frozenset({"IngestFunction", "EmitterFunction"}),
+        environment={"PROBE_FILE": str(probe)},
+        kafka_consumers=1,
+        concurrency={"EmitterFunction": 1},
+    )
+
+    with EmbeddedStack(config) as stack:
+        queue = stack.deployment.resources["DelayQueue"].ref
+        stack.client("sqs").send_message(QueueUrl=queue, MessageBody="due")
+
+        def invoked() -> list[dict[str, Any]]:
+            lines = probe.read_text().splitlines() if probe.exists() else []
+            return [e for e in map(json.loads, lines) if "invoked" in e]
+
+        assert wait_until(lambda: len(invoked()) == 1, 20)
+
+    entries = [json.loads(line) for line in probe.read_text().splitlines()]
+    imports = {e["imported"]: e["service"] for e in entries if "imported" in e}
+    assert len(imports) == 2
+    assert all(name.startswith(f"delayq_fn_{stack_name}_") for name in imports)
+    emitter_module = next(n for n in imports if "EmitterFunction" in n)
+    ingest_module = next(n for n in imports if "IngestFunction" in n)
+    assert imports[emitter_module] == "delayq-emitter"  # each function's own variables
+    assert imports[ingest_module] == "delayq"
+    assert invoked()[0] == {
+        "invoked": emitter_module,
+        "function": f"{stack_name}-EmitterFunction",
+    }
+    assert sys.path == path_before
+
+
+def test_a_configured_endpoint_replaces_the_embedded_moto(
+    moto_server: MotoServer, stack_name: str
+) -> None:
+    config = StackConfig(
+        template=FIXTURES / "template.yaml",
+        stack_name=stack_name,
+        aws_endpoint=moto_server.endpoint_url,
+        functions=frozenset(),
+        emulate_ttl=False,
+    )
+
+    with EmbeddedStack(config) as stack:
+        assert stack.moto is None
+        assert stack.aws_endpoint_url == moto_server.endpoint_url
+        assert stack.sources == {}
+
+
+def test_a_failed_start_stops_what_it_started(stack_name: str) -> None:
+    config = StackConfig(
+        template=FIXTURES / "template.yaml",
+        stack_name=stack_name,
+        parameters={"NoSuchParameter": "x"},
+    )
+    stack = EmbeddedStack(config)
+
+    with pytest.raises(Exception, match="unknown template parameters"):
+        stack.start()
+
+    assert stack.mock_kafka is not None
+    assert not stack.mock_kafka.running
+    assert "AWS_ENDPOINT_URL" not in os.environ
+
+
+@pytest.mark.localstack
+@pytest.mark.skipif(not reachable(localstack_endpoint()), reason="no LocalStack endpoint answers")
+def test_the_stack_provisions_on_localstack(stack_name: str) -> None:
+    config = StackConfig(
+        template=FIXTURES / "template.yaml",
+        stack_name=stack_name,
+        localstack=True,
+        functions=frozenset(),
+        emulate_ttl=False,
+    )
+
+    with EmbeddedStack(config) as stack:
+        assert stack.moto is None
+        assert stack.deployment.resources["DelayQueue"].ref
+
+
+@pytest.mark.realkafka
+@pytest.mark.skipif(
+    not reachable(os.environ.get("DELAYQ_TEST_KAFKA_BOOTSTRAP", "")),
+    reason="DELAYQ_TEST_KAFKA_BOOTSTRAP is not set or does not answer",
+)
+def test_the_stack_consumes_from_a_real_broker(stack_name: str) -> None:
+    ingest = RecordingHandler()
+    bootstrap = os.environ["DELAYQ_TEST_KAFKA_BOOTSTRAP"]
+    topic = f"delay-requests-{stack_name}"
+    config = StackConfig(
+        template=FIXTURES / "template.yaml",
+        stack_name=stack_name,
+        kafka_bootstrap=bootstrap,
+        parameters={"DelayTopic": topic},
+        handlers={"IngestFunction": ingest},
+        functions=frozenset({"IngestFunction"}),
+    )
+    producer = Producer({"bootstrap.servers": bootstrap})
+
+    with EmbeddedStack(config) as stack:
+        assert stack.mock_kafka is None
+        producer.produce(topic, value=b"real")
+        assert producer.flush(10) == 0
+        assert wait_until(lambda: ingest.calls >= 1, 30)

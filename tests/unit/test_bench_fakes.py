@@ -1,0 +1,392 @@
+"""The benchmark's in-memory AWS clients answer the adapters' calls like moto does, and the
+benchmark runs end to end with tiny inputs."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from moto import mock_aws
+
+from bench.fakes import (
+    FakeDynamoDB,
+    FakeS3,
+    FakeSqs,
+    InMemoryProducer,
+    RequestCounter,
+    item_size,
+)
+from bench.harness import FakeClock
+from delayq.exceptions import WatermarkConflictError
+from delayq.kafka import KafkaDelivery, OutRecord
+from delayq.retry import Backoff, Deadline
+from delayq.store import MessageStore, message_item
+from tests.factories import NOW_MS, REGION, delay_request
+
+TABLE = "bench-table"
+
+
+def _create_table(client: Any) -> None:
+    client.create_table(
+        TableName=TABLE,
+        KeySchema=[
+            {"AttributeName": "pk", "KeyType": "HASH"},
+            {"AttributeName": "sk", "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+
+
+@pytest.fixture
+def both_dynamodb() -> Iterator[tuple[Any, FakeDynamoDB]]:
+    """(moto client, fake client), each with the same empty table."""
+    with mock_aws():
+        real = boto3.client("dynamodb", region_name=REGION)
+        _create_table(real)
+        fake = FakeDynamoDB()
+        fake.create_table(TABLE)
+        yield real, fake
+
+
+@pytest.fixture
+def both_sqs() -> Iterator[tuple[Any, FakeSqs]]:
+    with mock_aws():
+        yield boto3.client("sqs", region_name=REGION), FakeSqs(clock=FakeClock())
+
+
+def _code(call: Any) -> str:
+    with pytest.raises(ClientError) as caught:
+        call()
+    return str(caught.value.response["Error"]["Code"])
+
+
+def _put_all(client: Any, items: list[dict[str, Any]]) -> None:
+    for start in range(0, len(items), 25):
+        chunk = items[start : start + 25]
+        client.batch_write_item(RequestItems={TABLE: [{"PutRequest": {"Item": i}} for i in chunk]})
+
+
+def _query(client: Any, pk: str, now_s: int, start: Any = None) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
+        "TableName": TABLE,
+        "KeyConditionExpression": "pk = :pk",
+        "FilterExpression": "#ttl > :now",
+        "ExpressionAttributeNames": {"#ttl": "expires_at"},
+        "ExpressionAttributeValues": {":pk": {"S": pk}, ":now": {"N": str(now_s)}},
+    }
+    if start:
+        kwargs["ExclusiveStartKey"] = start
+    return dict(client.query(**kwargs))
+
+
+def _messages(n: int, pk_second: int = 1_795_249_000) -> list[dict[str, Any]]:
+    items = []
+    for i in range(n):
+        request = delay_request(delay_id=f"id-{i:04d}", due_ms=pk_second * 1000 + i)
+        item = message_item(request, 1, 86_400, NOW_MS)
+        if i % 3 == 0:  # expired: TTL has not removed it yet
+            item["expires_at"] = {"N": str(NOW_MS // 1000 - 10)}
+        items.append(item)
+    return items
+
+
+def test_query_with_ttl_filter_returns_what_moto_returns(
+    both_dynamodb: tuple[Any, FakeDynamoDB],
+) -> None:
+    real, fake = both_dynamodb
+    items = _messages(40)
+    for client in (real, fake):
+        _put_all(client, items)
+    pk = items[0]["pk"]["S"]
+    got_real = _query(real, pk, NOW_MS // 1000)
+    got_fake = _query(fake, pk, NOW_MS // 1000)
+    assert got_fake["Items"] == got_real["Items"]
+    assert got_fake["Count"] == got_real["Count"] == 26
+    assert (
+        _query(fake, "nothing-here", 0)["Items"] == _query(real, "nothing-here", 0)["Items"] == []
+    )
+
+
+def test_query_pages_at_one_megabyte_like_moto(both_dynamodb: tuple[Any, FakeDynamoDB]) -> None:
+    real, fake = both_dynamodb
+    items = [
+        {
+            "pk": {"S": "p"},
+            "sk": {"S": f"{i:05d}"},
+            "v": {"B": b"x" * 4000},
+            "expires_at": {"N": "9999999999"},
+        }
+        for i in range(400)
+    ]
+    for client in (real, fake):
+        _put_all(client, items)
+    for client in (real, fake):
+        first = _query(client, "p", 0)
+        assert "LastEvaluatedKey" in first
+        assert 200 <= len(first["Items"]) <= 270
+        seen = [i["sk"]["S"] for i in first["Items"]]
+        start = first["LastEvaluatedKey"]
+        while start:
+            page = _query(client, "p", 0, start)
+            seen += [i["sk"]["S"] for i in page["Items"]]
+            start = page.get("LastEvaluatedKey")
+        assert seen == [f"{i:05d}" for i in range(400)]
+
+
+def test_batch_get_and_get_item_match_moto(both_dynamodb: tuple[Any, FakeDynamoDB]) -> None:
+    real, fake = both_dynamodb
+    items = [{"pk": {"S": "cancel#0"}, "sk": {"S": f"id-{i}"}, "x": {"N": "1"}} for i in range(5)]
+    wanted = [{"pk": {"S": "cancel#0"}, "sk": {"S": f"id-{i}"}} for i in range(3, 9)]
+    for client in (real, fake):
+        _put_all(client, items)
+    answers = [
+        client.batch_get_item(RequestItems={TABLE: {"Keys": wanted, "ProjectionExpression": "sk"}})
+        for client in (real, fake)
+    ]
+    as_sets = [sorted(i["sk"]["S"] for i in a["Responses"][TABLE]) for a in answers]
+    assert as_sets[0] == as_sets[1] == ["id-3", "id-4"]
+    assert all(set(i) == {"sk"} for a in answers for i in a["Responses"][TABLE])
+    for key, present in ((wanted[0], True), (wanted[-1], False)):
+        got = [
+            client.get_item(TableName=TABLE, Key=key, ConsistentRead=True)
+            for client in (real, fake)
+        ]
+        assert ("Item" in got[0]) is ("Item" in got[1]) is present
+        if present:
+            assert got[0]["Item"] == got[1]["Item"]
+
+
+def test_conditional_update_and_errors_match_moto(both_dynamodb: tuple[Any, FakeDynamoDB]) -> None:
+    real, fake = both_dynamodb
+    key = {"pk": {"S": "meta#watermark"}, "sk": {"S": "-"}}
+
+    def advance(client: Any, old: int | None, new: int) -> Any:
+        values: dict[str, Any] = {":new": {"N": str(new)}, ":kind": {"S": "watermark"}}
+        if old is not None:
+            values[":old"] = {"N": str(old)}
+        return lambda: client.update_item(
+            TableName=TABLE,
+            Key=key,
+            UpdateExpression="SET #s = :new, kind = :kind",
+            ConditionExpression="attribute_not_exists(pk)" if old is None else "#s = :old",
+            ExpressionAttributeNames={"#s": "second"},
+            ExpressionAttributeValues=values,
+        )
+
+    for client in (real, fake):
+        advance(client, None, 10)()
+        advance(client, 10, 11)()
+    assert {_code(advance(c, None, 12)) for c in (real, fake)} == {
+        "ConditionalCheckFailedException"
+    }
+    assert {_code(advance(c, 10, 12)) for c in (real, fake)} == {"ConditionalCheckFailedException"}
+    stored = [c.get_item(TableName=TABLE, Key=key)["Item"] for c in (real, fake)]
+    assert stored[0] == stored[1]
+    assert stored[1]["second"] == {"N": "11"}
+    duplicate = [{"PutRequest": {"Item": {**key, "x": {"S": "a"}}}}] * 2
+    assert {
+        _code(lambda c=c: c.batch_write_item(RequestItems={TABLE: duplicate})) for c in (real, fake)
+    } == {"ValidationException"}
+    assert {
+        _code(lambda c=c: c.get_item(TableName="no-such-table", Key=key)) for c in (real, fake)
+    } == {"ResourceNotFoundException"}
+
+
+def test_message_store_behaves_the_same_on_both(both_dynamodb: tuple[Any, FakeDynamoDB]) -> None:
+    deadline = Deadline.after(30)
+    results = []
+    for client in both_dynamodb:
+        store = MessageStore(
+            client,
+            TABLE,
+            shards=4,
+            ttl_grace_seconds=86_400,
+            max_delay_seconds=7 * 86_400,
+            backoff=Backoff(sleep=lambda _: None),
+        )
+        requests = [delay_request(delay_id=f"m-{i}", due_ms=NOW_MS + 3_600_000) for i in range(30)]
+        store.put_messages(requests, NOW_MS, deadline)
+        store.put_cancels(["m-1", "m-7", "other"], NOW_MS, deadline)
+        cancelled = store.cancelled([r.delay_id for r in requests], deadline)
+        assert store.get_watermark(deadline) is None
+        store.advance_watermark(None, 100, NOW_MS, deadline)
+        store.advance_watermark(100, 105, NOW_MS, deadline)
+        with pytest.raises(WatermarkConflictError):
+            store.advance_watermark(100, 106, NOW_MS, deadline)
+        results.append((cancelled, store.get_watermark(deadline)))
+        store._pool.shutdown()
+    assert results[0] == results[1] == ({"m-1", "m-7"}, 105)
+
+
+def test_capacity_units_follow_the_documented_rules() -> None:
+    counter = RequestCounter()
+    fake = FakeDynamoDB(counter)
+    fake.create_table(TABLE)
+    item = {"pk": {"S": "p"}, "sk": {"S": "s"}, "v": {"B": b"x" * 1100}}
+    assert 1024 < item_size(item) < 2048
+    fake.batch_write_item(RequestItems={TABLE: [{"PutRequest": {"Item": item}}]})
+    assert counter.unit("dynamodb", "wru") == 2
+    keys = [{"pk": {"S": "p"}, "sk": {"S": f"missing-{i}"}} for i in range(10)]
+    fake.batch_get_item(RequestItems={TABLE: {"Keys": keys}})
+    assert counter.unit("dynamodb", "rru") == 5.0  # 0.5 per key, found or not
+    fake.get_item(TableName=TABLE, Key={"pk": {"S": "p"}, "sk": {"S": "s"}}, ConsistentRead=True)
+    assert counter.unit("dynamodb", "rru") == 6.0
+    assert counter.calls[("dynamodb", "BatchGetItem")] == 1
+
+
+def test_sqs_batches_errors_and_deletes_match_moto(both_sqs: tuple[Any, FakeSqs]) -> None:
+    real, fake = both_sqs
+    urls = [c.create_queue(QueueName="bench-q")["QueueUrl"] for c in (real, fake)]
+    entries = [{"Id": str(i), "MessageBody": f"m{i}", "DelaySeconds": 0} for i in range(10)]
+    for client, url in zip((real, fake), urls, strict=True):
+        sent = client.send_message_batch(QueueUrl=url, Entries=entries)
+        assert sorted(s["Id"] for s in sent["Successful"]) == sorted(e["Id"] for e in entries)
+        assert not sent.get("Failed")
+    for bad in (
+        [*entries, {"Id": "x", "MessageBody": "m"}],
+        [entries[0], entries[0]],
+        [],
+    ):
+        codes = [
+            _code(lambda c=c, u=u, b=bad: c.send_message_batch(QueueUrl=u, Entries=b))
+            for c, u in zip((real, fake), urls, strict=True)
+        ]
+        assert codes[0] == codes[1]
+    codes = [
+        _code(lambda c=c, u=u: c.send_message_batch(QueueUrl=u + "-nope", Entries=entries[:1]))
+        for c, u in zip((real, fake), urls, strict=True)
+    ]
+    assert codes[0] == codes[1]
+    for client, url in zip((real, fake), urls, strict=True):
+        got = client.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+        assert sorted(m["Body"] for m in got) == sorted(e["MessageBody"] for e in entries)
+        answer = client.delete_message_batch(
+            QueueUrl=url,
+            Entries=[
+                {"Id": "ok", "ReceiptHandle": got[0]["ReceiptHandle"]},
+                {"Id": "bad", "ReceiptHandle": "not-a-handle"},
+            ],
+        )
+        assert [s["Id"] for s in answer["Successful"]] == ["ok"]
+        assert [(f["Id"], f["Code"]) for f in answer["Failed"]] == [
+            ("bad", "ReceiptHandleIsInvalid")
+        ]
+        assert (
+            _code(
+                lambda c=client, u=url: c.change_message_visibility(
+                    QueueUrl=u, ReceiptHandle="not-a-handle", VisibilityTimeout=5
+                )
+            )
+            == "ReceiptHandleIsInvalid"
+        )
+
+
+def test_fifo_deduplication_matches_moto(both_sqs: tuple[Any, FakeSqs]) -> None:
+    real, fake = both_sqs
+    for client in (real, fake):
+        url = client.create_queue(QueueName="ticks.fifo", Attributes={"FifoQueue": "true"})[
+            "QueueUrl"
+        ]
+        for body in ("a", "b"):
+            client.send_message(
+                QueueUrl=url, MessageBody=body, MessageGroupId="g", MessageDeduplicationId="tick-1"
+            )
+        got = client.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+        assert [m["Body"] for m in got] == ["a"]
+
+
+def test_fake_sqs_honours_delay_and_visibility_on_its_clock() -> None:
+    clock = FakeClock(NOW_MS)
+    sqs = FakeSqs(clock=clock)
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    sqs.send_message_batch(
+        QueueUrl=url, Entries=[{"Id": "0", "MessageBody": "x", "DelaySeconds": 3}]
+    )
+    assert sqs.receive_message(QueueUrl=url) == {}
+    clock.advance(3000)
+    (message,) = sqs.receive_message(QueueUrl=url, VisibilityTimeout=10)["Messages"]
+    assert sqs.receive_message(QueueUrl=url) == {}
+    sqs.change_message_visibility(
+        QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=1
+    )
+    clock.advance(1000)
+    (again,) = sqs.receive_message(QueueUrl=url)["Messages"]
+    assert again["Attributes"]["ApproximateReceiveCount"] == "2"
+    assert sqs.counter.calls[("sqs", "ReceiveMessage")] == 4
+
+
+def test_s3_matches_moto() -> None:
+    with mock_aws():
+        real = boto3.client("s3", region_name=REGION)
+        fake = FakeS3()
+        for client in (real, fake):
+            client.create_bucket(Bucket="bench-bucket")
+            client.put_object(Bucket="bench-bucket", Key="k", Body=b"payload")
+            assert client.get_object(Bucket="bench-bucket", Key="k")["Body"].read() == b"payload"
+            client.delete_object(Bucket="bench-bucket", Key="k")
+            client.delete_object(Bucket="bench-bucket", Key="k")  # a missing key is fine
+        codes = [
+            _code(lambda c=c: c.get_object(Bucket="bench-bucket", Key="k")) for c in (real, fake)
+        ]
+        assert codes == ["NoSuchKey", "NoSuchKey"]
+
+
+def test_in_memory_producer_serves_delivery_reports() -> None:
+    producer = InMemoryProducer(fail_topics=frozenset({"broken"}))
+    delivery = KafkaDelivery(producer, 1.0)
+    results = delivery.deliver(
+        [
+            OutRecord("orders.timeout", b"k", b"v", [("h", b"1")]),
+            OutRecord("broken", None, b"v", []),
+        ]
+    )
+    assert results[0] is None
+    assert results[1] is not None
+    assert "UNKNOWN_TOPIC" in results[1]
+    assert [r.topic for r in producer.records] == ["orders.timeout"]
+    assert producer.records[0].header("h") == b"1"
+
+
+def test_bench_runs_end_to_end_with_tiny_inputs(tmp_path: Path) -> None:
+    from bench.report import console, write
+    from bench.run import QUICK, run
+
+    options = replace(QUICK, out=tmp_path)
+    doc = run(options, out=io.StringIO())
+    json_path, md_path = write(doc, tmp_path)
+    saved = json.loads(json_path.read_text())
+    for section, keys in {
+        "requests_per_message": ("sqs", "dynamodb_writes_long", "dynamodb_reads_long"),
+        "cpu_messages_per_second": ("ingest", "scheduler", "emitter"),
+        "lateness_ms": ("p50", "p99", "max", "early"),
+        "burst": ("messages", "drain_seconds", "messages_per_second"),
+        "cost_usd_per_million": (
+            "this_design",
+            "explicit_delete",
+            "sqs_reenqueue",
+            "eventbridge_scheduler",
+            "step_functions",
+        ),
+    }.items():
+        for key in keys:
+            assert key in saved[section], (section, key)
+    assert saved["requests_per_message"]["sqs"] > 0
+    assert saved["cpu_messages_per_second"]["emitter"] > 0
+    assert (
+        saved["cost_usd_per_million"]["step_functions"]
+        > saved["cost_usd_per_million"]["eventbridge_scheduler"]
+    )
+    assert saved["machine"]["cpu_model"]
+    assert "| figure |" in md_path.read_text()
+    assert "cost per million" in console(doc)
