@@ -854,3 +854,23 @@ def test_headers_json_is_a_list_of_name_and_base64() -> None:
 @given(headers=st.lists(st.tuples(names, optional_bytes), max_size=10).map(tuple))
 def test_headers_json_round_trips(headers: tuple[tuple[str, bytes | None], ...]) -> None:
     assert headers_from_json(headers_json(headers)) == headers
+
+
+def test_header_bytes_arrive_signed_from_lambda_and_unsigned_from_other_sources(
+    settings: Settings,
+) -> None:
+    # "é" is 0xC3 0xA9: Java (and so the MSK event source) sends [-61, -87].
+    signed = kafka_record(target="reminders", ms="1", headers=[{"name": [-61, -87]}])
+    unsigned = kafka_record(target="reminders", ms="1", headers=[{"name": [195, 169]}])
+    assert parse(signed, settings).headers == (("name", "é".encode()),)
+    assert parse(unsigned, settings).headers == (("name", "é".encode()),)
+
+
+@pytest.mark.parametrize("bad", [[-129], [256], [1.0], [True], ["a"]])
+def test_header_values_outside_a_byte_are_bad_headers(
+    settings: Settings, bad: list[object]
+) -> None:
+    record = kafka_record(target="reminders", ms="1", headers=[{"name": bad}])
+    with pytest.raises(RejectedRecord) as raised:
+        parse(record, settings)
+    assert raised.value.reason is Reason.BAD_HEADERS

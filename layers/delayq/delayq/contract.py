@@ -258,12 +258,11 @@ def _header_value(name: str, value: Any) -> bytes | None:
         return None
     if not isinstance(value, list):
         raise RejectedRecord(Reason.BAD_HEADERS, f"header {name!r} is not a byte array")
-    if any(isinstance(b, bool) for b in value):
+    # Lambda's Kafka event sources serialise header values as Java bytes, which are signed:
+    # 0x80..0xFF arrive as -128..-1. Accept both notations of a byte.
+    if not all(type(b) is int and -128 <= b <= 255 for b in value):
         raise RejectedRecord(Reason.BAD_HEADERS, f"header {name!r} has a non-byte value")
-    try:
-        return bytes(value)
-    except (TypeError, ValueError) as e:
-        raise RejectedRecord(Reason.BAD_HEADERS, f"header {name!r} has a non-byte value") from e
+    return bytes(b & 0xFF for b in value)
 
 
 def _control_headers(headers: Headers) -> dict[str, str]:
