@@ -180,7 +180,8 @@ def _histogram(values: Sequence[float], report: DemoReport, path: Path) -> None:
     ):
         axes.axvline(value, color="#c44e52", linestyle=style, label=f"{name} {value:.0f} ms")
     axes.set_xlabel("lateness: emitted - due (ms)")
-    axes.set_ylabel("messages")
+    axes.set_ylabel("messages (log scale)")
+    axes.set_yscale("log")
     axes.set_title(
         f"{report.delivered}/{report.expected} delivered, {report.early} early, "
         f"{report.duplicates} duplicates"
