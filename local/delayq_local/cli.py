@@ -79,6 +79,23 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(command=_demo)
 
+    report = commands.add_parser(
+        "report",
+        help="run a small workload, export the table and run the Spark reports on it",
+    )
+    _stack_options(report, log_level="ERROR")
+    report.add_argument("--messages", type=int, default=300, help="default: %(default)s")
+    report.add_argument("--max-delay", type=float, default=60.0, help="default: %(default)s")
+    report.add_argument("--seed", type=int, default=DemoOptions.seed)
+    report.add_argument("--results", type=Path, default=Path("results"))
+    report.add_argument(
+        "--reports",
+        type=Path,
+        default=Path("results/reports"),
+        help="where the reports go (default: %(default)s)",
+    )
+    report.set_defaults(command=_report)
+
     send = commands.add_parser("send", help="produce one delay request")
     _client_options(send)
     send.add_argument("--target", required=True, help="the topic to deliver to")
@@ -266,6 +283,20 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"FAILED: {report.lost} lost, {report.early} early", file=sys.stderr)
         return 1
     return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    options = DemoOptions(
+        messages=args.messages,
+        max_delay_seconds=args.max_delay,
+        seed=args.seed,
+        results=args.results,
+        reports=args.reports,
+    )
+    report = run_demo(_stack_config(args), options)
+    print("\n".join(report.lines()))
+    print(f"reports: {report.extra['reports']}")
+    return 0 if report.ok else 1
 
 
 def _producer(args: argparse.Namespace) -> DelayProducer:

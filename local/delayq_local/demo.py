@@ -15,6 +15,7 @@ from delayq_local.kafka_mock import CONSUMER_TUNING
 from delayq_local.observe import DeliveryObserver, Rejection, drain_rejections
 from delayq_local.producer import DelayProducer
 from delayq_local.report import DemoReport
+from delayq_local.reports import export_and_report
 from delayq_local.stack import EmbeddedStack, StackConfig
 from delayq_local.workload import DEFAULT_TARGETS, Workload
 
@@ -33,6 +34,8 @@ class DemoOptions:
     timeout_seconds: float = 120.0
     cancel_after_seconds: float = 5.0
     kafka_outage: tuple[float, float] | None = None
+    # `delayq report`: export the table and run the Spark reports into this folder.
+    reports: Path | None = None
 
 
 class Progress:
@@ -118,6 +121,7 @@ def _run(config: StackConfig, options: DemoOptions, out: TextIO) -> DemoReport:
                 )
         finally:
             observer.stop()
+        reports = export_and_report(stack, options.reports, out) if options.reports else None
         extra: dict[str, Any] = {
             "duration_seconds": round(time.monotonic() - started, 1),
             "messages_sent": len(workload.messages) + len(workload.invalid),
@@ -125,6 +129,7 @@ def _run(config: StackConfig, options: DemoOptions, out: TextIO) -> DemoReport:
             "kafka_outage": options.kafka_outage,
             "unreadable_deliveries": observer.unreadable,
             "sources": stack.stats(),
+            "reports": reports.index if reports else None,
         }
     deliveries = observer.deliveries()
     report = DemoReport.build(workload, deliveries, rejections, extra)

@@ -324,6 +324,9 @@ class EmbeddedStack:
             c.ENV_KAFKA_SECURITY: "PLAINTEXT",
             c.ENV_KAFKA_SECRET_ARN: "",
             "POWERTOOLS_METRICS_DISABLED": "true",
+            # Short local runs end before a minute's statistics would be written: write each
+            # batch's, so `delayq report` sees every delivery (cost does not matter here).
+            c.ENV_STATS_FLUSH_MESSAGES: "1",
         }
         if self.config.time is not None:
             overrides.update(self.config.time.environ())

@@ -26,6 +26,7 @@ ENV_KAFKA_SECURITY: Final = "DELAYQ_KAFKA_SECURITY"
 ENV_KAFKA_SECRET_ARN: Final = "DELAYQ_KAFKA_SECRET_ARN"  # noqa: S105 -- a variable name
 ENV_KAFKA_CA_LOCATION: Final = "DELAYQ_KAFKA_CA_LOCATION"
 ENV_KAFKA_TIMEOUT_SECONDS: Final = "DELAYQ_KAFKA_TIMEOUT_SECONDS"
+ENV_STATS_FLUSH_MESSAGES: Final = "DELAYQ_STATS_FLUSH_MESSAGES"
 ENV_AWS_REGION: Final = "AWS_REGION"
 
 # Control headers of the message contract (lower-case; matched case-insensitively).
@@ -53,6 +54,9 @@ DEFAULT_TTL_GRACE_SECONDS: Final = 24 * 3600
 DEFAULT_EMIT_LEAD_MS: Final = 1500
 DEFAULT_MAX_HOLD_MS: Final = 3000
 DEFAULT_KAFKA_TIMEOUT_SECONDS: Final = 10.0
+# Write the delivery statistics once this many deliveries are buffered (or the minute is over):
+# at most 0.1 extra writes per delivered message.
+DEFAULT_STATS_FLUSH_MESSAGES: Final = 10
 MAX_ID_LENGTH: Final = 512
 MAX_ID_BYTES: Final = 1024
 # Key and headers stay inline even when the value is offloaded, so they get their own cap.

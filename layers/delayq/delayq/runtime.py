@@ -18,6 +18,7 @@ from delayq.kafka import KafkaDelivery, make_producer
 from delayq.payloads import PayloadStore
 from delayq.queues import DelayQueue, RejectQueue, SqsQueue, TickQueue
 from delayq.settings import Settings
+from delayq.stats import DeliveryStats, FlushPolicy
 from delayq.store import MessageStore
 
 # Retries are ours (per item, deadline-bounded); botocore's standard mode covers connections.
@@ -101,4 +102,5 @@ def emitter_services(settings: Settings) -> EmitterServices:
         delay_queue=sqs_queue(settings, settings.require("delay_queue_url").delay_queue_url),
         rejects=reject_queue(settings, payloads),
         payloads=payloads,
+        stats=DeliveryStats(policy=FlushPolicy(max_messages=settings.stats_flush_messages)),
     )

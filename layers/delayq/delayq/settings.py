@@ -41,6 +41,7 @@ class Settings:
     kafka_secret_arn: str = ""
     kafka_ca_location: str = ""
     kafka_timeout_seconds: float = c.DEFAULT_KAFKA_TIMEOUT_SECONDS
+    stats_flush_messages: int = c.DEFAULT_STATS_FLUSH_MESSAGES
     region: str = "us-east-1"
     _patterns: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
@@ -52,6 +53,8 @@ class Settings:
             problems.append("lookahead_seconds must be > 0 and < horizon_seconds")
         if self.tick_seconds <= 0:
             problems.append("tick_seconds must be > 0")
+        if self.stats_flush_messages < 1:
+            problems.append("stats_flush_messages must be >= 1")
         if self.shards < 1:
             problems.append("shards must be >= 1")
         if self.max_delay_seconds < 1:
@@ -121,6 +124,7 @@ _ENV_OF = {
     "kafka_secret_arn": c.ENV_KAFKA_SECRET_ARN,
     "kafka_ca_location": c.ENV_KAFKA_CA_LOCATION,
     "kafka_timeout_seconds": c.ENV_KAFKA_TIMEOUT_SECONDS,
+    "stats_flush_messages": c.ENV_STATS_FLUSH_MESSAGES,
     "region": c.ENV_AWS_REGION,
 }
 
