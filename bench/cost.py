@@ -12,6 +12,7 @@ import math
 import random
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
+from functools import cache
 from typing import Any, Final
 
 from bench.fakes import item_size, write_units
@@ -197,8 +198,9 @@ def largest_value_in_one_wru() -> int:
     return low
 
 
+@cache
 def emitter_hold_ms(
-    lead_ms: int, batch: float, max_hold_ms: int, poll_latency_ms: float, samples: int = 4000
+    lead_ms: int, batch: float, max_hold_ms: int, poll_latency_ms: float, draws: int = 200_000
 ) -> float:
     """Mean time an emitter invocation holds its batch before the last message is due.
 
@@ -209,6 +211,7 @@ def emitter_hold_ms(
     """
     rng = random.Random(3)
     k = max(1, round(batch))
+    samples = max(200, draws // k)
     total = 0.0
     for _ in range(samples):
         early = []

@@ -28,9 +28,9 @@ class LocalOptions:
     """The measurements on the embedded local stack."""
 
     enabled: str = "auto"  # "auto": run when the stack starts; "yes": fail if it cannot; "no"
-    # Issue 7's default. It takes a couple of minutes only with the local runner's moto SQS
-    # speed-ups (delayq_local.moto_speedups): plain moto's receive slows down linearly with
-    # queue depth (bench.local.moto_depth_probe measures both).
+    # Issue 7's default. It takes a few minutes only with the local runner's moto SQS patches
+    # (delayq_local.moto_fixes): plain moto's receive slows down linearly with queue depth
+    # (bench.local.moto_depth_probe).
     burst_messages: int = 20_000
     steady_rate: float | None = None  # messages/s; None: derived from the measured burst
     steady_seconds: float = 60.0
