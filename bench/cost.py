@@ -741,42 +741,31 @@ def build(
             assumptions=replace(a, emitter_invocation_batch=100.0),
         )
     small = largest_value_in_one_wru()
-    variant(
-        f"item <= 1 KB (value <= {small} B): 1 WRU per write",
-        measured=replace(
-            m,
-            item_bytes=stored_item_bytes(small),
-            long={
-                **m.long,
-                "dynamodb_wru": float(m.long["dynamodb_wru"]) - (write_units(m.item_bytes) - 1),
-            },
-        ),
+    one_wru = replace(
+        m,
+        item_bytes=stored_item_bytes(small),
+        long={
+            **m.long,
+            "dynamodb_wru": float(m.long["dynamodb_wru"]) - (write_units(m.item_bytes) - 1),
+        },
     )
+    variant(f"item <= 1 KB (value <= {small} B): 1 WRU per write", measured=one_wru)
     variant(
         f"emitter 128 MB and value <= {small} B",
         functions=replace(fc, memory_mb={**fc.memory_mb, "emitter": 128}),
-        measured=replace(
-            m,
-            item_bytes=stored_item_bytes(small),
-            long={
-                **m.long,
-                "dynamodb_wru": float(m.long["dynamodb_wru"]) - (write_units(m.item_bytes) - 1),
-            },
-        ),
+        measured=one_wru,
     )
     variant(
         f"emitter 128 MB, value <= {small} B, and no per-message cancel-marker reads",
         functions=replace(fc, memory_mb={**fc.memory_mb, "emitter": 128}),
         measured=replace(
-            m,
-            item_bytes=stored_item_bytes(small),
+            one_wru,
             short={
                 **m.short,
                 "dynamodb_rru": float(m.short["dynamodb_rru"]) - MISSING_KEY_RRU,
             },
             long={
-                **m.long,
-                "dynamodb_wru": float(m.long["dynamodb_wru"]) - (write_units(m.item_bytes) - 1),
+                **one_wru.long,
                 "dynamodb_rru": float(m.long["dynamodb_rru"]) - 2 * MISSING_KEY_RRU,
             },
         ),

@@ -269,34 +269,34 @@ def _describe(stack: EmbeddedStack) -> dict[str, Any]:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    options = DemoOptions(
-        messages=args.messages,
-        max_delay_seconds=args.max_delay,
-        seed=args.seed,
-        results=args.results,
-        kafka_outage=args.kafka_outage,
-    )
+    return _run_workload(args, DemoOptions(kafka_outage=args.kafka_outage, **_workload(args)))
+
+
+def _report(args: argparse.Namespace) -> int:
+    return _run_workload(args, DemoOptions(reports=args.reports, **_workload(args)))
+
+
+def _workload(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "messages": args.messages,
+        "max_delay_seconds": args.max_delay,
+        "seed": args.seed,
+        "results": args.results,
+    }
+
+
+def _run_workload(args: argparse.Namespace, options: DemoOptions) -> int:
+    """Run the demo (and the reports, when asked), print the summary; 1 if anything was lost
+    or early."""
     report = run_demo(_stack_config(args), options)
     print("\n".join(report.lines()))
     print(f"results: {options.results / 'demo.json'}, {options.results / 'lateness.png'}")
+    if options.reports:
+        print(f"reports: {report.extra['reports']}")
     if not report.ok:
         print(f"FAILED: {report.lost} lost, {report.early} early", file=sys.stderr)
         return 1
     return 0
-
-
-def _report(args: argparse.Namespace) -> int:
-    options = DemoOptions(
-        messages=args.messages,
-        max_delay_seconds=args.max_delay,
-        seed=args.seed,
-        results=args.results,
-        reports=args.reports,
-    )
-    report = run_demo(_stack_config(args), options)
-    print("\n".join(report.lines()))
-    print(f"reports: {report.extra['reports']}")
-    return 0 if report.ok else 1
 
 
 def _producer(args: argparse.Namespace) -> DelayProducer:

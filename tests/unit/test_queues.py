@@ -342,3 +342,24 @@ def test_rejects_of_a_batch_are_all_sent(aws: AwsResources) -> None:
     records = [kafka_record(offset=i) for i in range(13)]
     reject_queue(aws).send([rejection(r) for r in records], NOW_MS, deadline())
     assert sorted(b["record"]["offset"] for b in aws.bodies(reject_url(aws))) == list(range(13))
+
+
+def test_batches_are_sent_concurrently_and_a_failure_is_raised_after_all_finished(
+    aws: AwsResources,
+) -> None:
+    calls: list[int] = []
+
+    def send_message_batch(**kwargs: Any) -> dict[str, Any]:
+        calls.append(len(kwargs["Entries"]))
+        if kwargs["Entries"][0]["MessageBody"] == "fails":
+            raise QueueError("simulated refusal")
+        return cast(dict[str, Any], aws.sqs.send_message_batch(**kwargs))
+
+    queue = SqsQueue(
+        ClientProxy(aws.sqs, send_message_batch=send_message_batch), aws.settings.delay_queue_url
+    )
+    entries = [Outgoing("fails")] + [Outgoing(f"m{i}") for i in range(29)]
+    with pytest.raises(QueueError, match="simulated refusal"):
+        queue.send("send", entries, deadline())
+    assert sorted(calls) == [10, 10, 10]
+    assert aws.visible_and_delayed(aws.settings.delay_queue_url) == 20

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,18 +33,32 @@ class Outgoing:
 class SqsQueue:
     """One queue: batched sends with per-entry retries. The client is injected."""
 
-    def __init__(self, client: Any, url: str, backoff: Backoff | None = None) -> None:
+    def __init__(
+        self, client: Any, url: str, backoff: Backoff | None = None, send_workers: int = 8
+    ) -> None:
         self._client = client
         self.url = url
         self._backoff = backoff or Backoff()
+        self._pool = ThreadPoolExecutor(max_workers=max(1, send_workers))
 
     def send(self, operation: str, entries: Sequence[Outgoing], deadline: Deadline) -> None:
-        """Send every entry, at most 10 (and 256 KiB of bodies) a call, retrying only the
-        entries SQS did not take."""
-        for batch in _batches(entries):
-            retry_partial(
-                operation, self._send_chunk, list(enumerate(batch)), self._backoff, deadline
+        """Send every entry, at most 10 (and 256 KiB of bodies) a call, several calls at a
+        time, retrying only the entries SQS did not take. Raises the first failure once every
+        call has finished, so no send is left running behind the caller."""
+        batches = [list(enumerate(batch)) for batch in _batches(entries)]
+        if len(batches) == 1:
+            retry_partial(operation, self._send_chunk, batches[0], self._backoff, deadline)
+            return
+        futures = [
+            self._pool.submit(
+                retry_partial, operation, self._send_chunk, batch, self._backoff, deadline
             )
+            for batch in batches
+        ]
+        errors = [f.exception() for f in futures]
+        first = next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise first
 
     def _send_chunk(self, chunk: list[tuple[int, Outgoing]]) -> list[tuple[int, Outgoing]]:
         try:
