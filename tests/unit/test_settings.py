@@ -19,7 +19,7 @@ DOCUMENTED_DEFAULT = re.compile(r"^\| `(DELAYQ_\w+)` \| `?([\w.]+)`? \|", re.MUL
 def test_defaults_are_the_documented_ones() -> None:
     table = DOCUMENTED_DEFAULT.findall((ROOT / "docs" / "internals.md").read_text())
     documented = {var: value for var, value in table if value != "empty"}
-    assert len(documented) == 12  # the numeric defaults and the Kafka security mode
+    assert len(documented) == 13  # the numeric defaults and the Kafka security mode
     assert Settings.from_env(documented) == Settings()
 
 
@@ -46,6 +46,7 @@ def test_from_env_reads_every_variable_with_its_type() -> None:
         "DELAYQ_KAFKA_SECRET_ARN": "arn:aws:secretsmanager:us-east-1:1:secret:k",
         "DELAYQ_KAFKA_CA_LOCATION": "/etc/ca.pem",
         "DELAYQ_KAFKA_TIMEOUT_SECONDS": "2.5",
+        "DELAYQ_STATS_FLUSH_MESSAGES": "1",
         "AWS_REGION": "eu-west-1",
     }
     assert Settings.from_env(env) == Settings(
@@ -70,6 +71,7 @@ def test_from_env_reads_every_variable_with_its_type() -> None:
         kafka_secret_arn="arn:aws:secretsmanager:us-east-1:1:secret:k",
         kafka_ca_location="/etc/ca.pem",
         kafka_timeout_seconds=2.5,
+        stats_flush_messages=1,
         region="eu-west-1",
     )
 
@@ -117,6 +119,7 @@ def test_a_variable_that_is_not_a_number_names_itself(var: str, raw: str) -> Non
         ({"lookahead_seconds": 0}, "lookahead_seconds must be > 0 and < horizon_seconds"),
         ({"tick_seconds": 0}, "tick_seconds must be > 0"),
         ({"shards": 0}, "shards must be >= 1"),
+        ({"stats_flush_messages": 0}, "stats_flush_messages must be >= 1"),
         ({"max_delay_seconds": 0}, "max_delay_seconds must be >= 1"),
         ({"offload_threshold_bytes": 0}, "payload limits must be >= 1"),
         ({"max_payload_bytes": 0}, "payload limits must be >= 1"),
