@@ -68,7 +68,8 @@ class _CountingWriter(io.TextIOBase):
 
 
 @contextlib.contextmanager
-def _environ(values: dict[str, str]) -> Iterator[None]:
+def environ(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the duration of a block, then restore them."""
     saved = {k: os.environ.get(k) for k in values}
     os.environ.update(values)
     try:
@@ -99,7 +100,7 @@ def load_handler_module(name: str) -> ModuleType:
         raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
-    with _environ(TELEMETRY_ENV):
+    with environ(TELEMETRY_ENV):
         spec.loader.exec_module(module)
     return module
 
@@ -143,7 +144,7 @@ def _run_handler(
         writer = _CountingWriter()
         context = Context()
         with (
-            _environ(TELEMETRY_ENV),
+            environ(TELEMETRY_ENV),
             contextlib.redirect_stdout(writer),
             warnings.catch_warnings(),
         ):

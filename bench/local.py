@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TextIO
 
+from bench.handlers import environ
 from bench.run import LocalOptions
 
 ROOT: Final = Path(__file__).resolve().parent.parent
@@ -357,7 +358,7 @@ def moto_depth_probe(
 
     ms: dict[str, float] = {}
     with (
-        _environ({"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"}),
+        environ({"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"}),
         mock_aws(),
     ):
         sqs = boto3.client("sqs", region_name="us-east-1")
@@ -393,22 +394,6 @@ def moto_depth_probe(
         "method": "moto in-process (mock_aws), one ReceiveMessage of 10 + DeleteMessageBatch, "
         f"mean of {receives}, 200 B bodies",
     }
-
-
-@contextlib.contextmanager
-def _environ(values: dict[str, str]) -> Iterator[None]:
-    import os  # noqa: PLC0415
-
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 class _Overruns(logging.Handler):
