@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-CODE := layers/delayq/delayq functions local/delayq_local spark_glue tests
+CODE := layers/delayq/delayq functions local/delayq_local spark_glue tests bench
 
 .DEFAULT_GOAL := help
 # Checks that other parts add to `make test` (template scans, Spark, ...), from mk/*.mk.
@@ -26,7 +26,7 @@ venv: $(STAMP) ## create .venv with the pinned dependencies
 lint: $(STAMP) ## ruff (lint + format check) and mypy
 	$(PY) -m ruff check $(CODE)
 	$(PY) -m ruff format --check $(CODE)
-	$(PY) -m mypy layers/delayq/delayq functions
+	$(PY) -m mypy layers/delayq/delayq functions bench
 
 format: $(STAMP) ## apply ruff format and safe fixes
 	$(PY) -m ruff format $(CODE)

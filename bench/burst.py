@@ -25,6 +25,7 @@ from bench.harness import FakeClock, InMemoryPipeline
 from bench.template import FunctionConfig
 from bench.workload import NOW_MS, batched, delay_request
 from delayq import buckets
+from delayq.contract import decode_body
 from delayq.retry import Deadline
 from delayq.scheduler import run_scheduler
 
@@ -104,11 +105,17 @@ def _remaining(clock: FakeClock, end_ms: int) -> Callable[[], int]:
     return remaining
 
 
+def _queued_messages(pipeline: InMemoryPipeline, url: str) -> int:
+    """Delay messages in the queue (a bundle counts each of its messages)."""
+    return sum(len(decode_body(m.body)) for m in pipeline.sqs.messages(url))
+
+
 def scheduler_probe(
     messages: int,
     *,
     send_latency_ms: float = 10.0,
-    batch_get_latency_ms: float = 6.0,
+    query_latency_ms: float = 6.0,
+    update_latency_ms: float = 5.0,
     timeout_s: int = 60,
     safety_ms: int = 10_000,
     ticks: int = 3,
@@ -123,21 +130,25 @@ def scheduler_probe(
         second = buckets.due_second(NOW_MS) + s.lookahead_seconds + 5
         deadline = pipeline.deadline()
         requests = [
-            delay_request(i, second * 1000 + i % 1000, value_bytes) for i in range(messages)
+            delay_request(i, second * 1000 + i % 1000, b"v" * value_bytes) for i in range(messages)
         ]
         for chunk in batched(requests, 1000):
             pipeline.store.put_messages(chunk, NOW_MS, deadline)
         pipeline.store.advance_watermark(None, second - 1, NOW_MS, deadline)
         clock = pipeline.clock
         sqs = LatencyClient(pipeline.sqs, clock, {"send_message_batch": send_latency_ms})
-        ddb = LatencyClient(pipeline.dynamodb, clock, {"batch_get_item": batch_get_latency_ms})
+        ddb = LatencyClient(
+            pipeline.dynamodb,
+            clock,
+            {"query": query_latency_ms, "update_item": update_latency_ms},
+        )
         # Inject the latency under the adapters (they keep their clients private).
         pipeline.delay_queue.queue._client = sqs
         pipeline.store._client = ddb
         clock.now_ms = (second - s.lookahead_seconds) * 1000
         for tick in range(ticks):
             start = clock.now_ms
-            before = pipeline.sqs.depth(s.delay_queue_url)
+            before = _queued_messages(pipeline, s.delay_queue_url)
             end = start + timeout_s * 1000
             sqs.hard_stop_ms = ddb.hard_stop_ms = end
             watermark_before = pipeline.store.get_watermark(deadline)
@@ -154,7 +165,7 @@ def scheduler_probe(
                 stopped = True
             sqs.hard_stop_ms = ddb.hard_stop_ms = None
             watermark_after = pipeline.store.get_watermark(deadline)
-            sent = pipeline.sqs.depth(s.delay_queue_url) - before
+            sent = _queued_messages(pipeline, s.delay_queue_url) - before
             result.ticks.append(
                 TickOutcome(
                     tick,
@@ -199,8 +210,8 @@ class BurstModel:
     stages: list[Stage]
     drain_seconds_after_due: float
     drain_messages_per_second: float
-    scheduler_completes: bool
-    scheduler_max_messages_per_second_bucket: int
+    scheduler_runs: int
+    scheduler_messages_per_run: int
     notes: list[str]
     inputs: dict[str, Any]
 
@@ -247,8 +258,11 @@ def scale_out_model(
     lookahead_s: int,
     lead_ms: int,
     delay_topic_partitions: int = 64,
-    scheduler_send_workers: int = 32,
+    send_workers: int = 8,
+    page_items: int = 250,
+    tick_s: int = 60,
     steady_emitter_concurrency: int | None = None,
+    messages_per_send: float = 10.0,
 ) -> BurstModel:
     """Derive the 10 M burst in AWS from measured per-invocation costs and documented limits."""
     a = assumptions
@@ -277,53 +291,44 @@ def scale_out_model(
         "needs warm throughput set in advance for this write rate"
     )
 
-    # 2. The scheduler, as built: one invocation at a time, a whole due-second per step,
-    # sequential SendMessageBatch calls; the watermark moves only after the whole second.
-    per_message_ms = (
-        a.ms_sqs_send_batch / 10
-        + a.ms_dynamodb_batch_get / 100
-        + cpu_wall_ms(scheduler_cpu_ms_per_message, functions.memory_mb["scheduler"], a)
-    )
-    usable_ms = (functions.timeout_s["scheduler"] - 10) * 1000
-    sched_max = int(usable_ms / per_message_ms)
-    completes = messages <= sched_max
-    sequential_rate = 1000 / per_message_ms
-    stages.append(
-        Stage(
-            "scheduler as built (sequential sends)",
-            sequential_rate,
-            messages / sequential_rate if completes else math.inf,
-            f"{per_message_ms:.2f} ms per message: SendMessageBatch {a.ms_sqs_send_batch:g} ms "
-            f"/ 10; one run can finish at most {sched_max:,} messages of one due-second",
+    # 2. The scheduler: one invocation at a time (FIFO ticks), a crowded second read round by
+    # round (a page of every shard), each round's bundles sent `send_workers` calls at a time,
+    # then a checkpoint (one conditional write); the next tick resumes after the checkpoint.
+    round_messages = shards * page_items
+    calls = math.ceil(round_messages / messages_per_send)
+    round_ms = (
+        a.ms_dynamodb_query
+        + math.ceil(calls / send_workers) * a.ms_sqs_send_batch
+        + a.ms_dynamodb_update
+        + cpu_wall_ms(
+            scheduler_cpu_ms_per_message * round_messages, functions.memory_mb["scheduler"], a
         )
     )
-    if not completes:
-        notes.append(
-            f"as built, the scheduler cannot finish a due-second holding {messages:,} messages: "
-            f"each tick re-sends the start of that second until its timeout and the watermark "
-            f"never moves past it (see the probe); the model continues with a hypothetical "
-            f"scheduler that sends with {scheduler_send_workers} workers and checkpoints "
-            f"inside a second"
-        )
-    parallel_rate = scheduler_send_workers * 10 / (a.ms_sqs_send_batch / 1000)
+    usable_s = functions.timeout_s["scheduler"] - 10
+    duty = min(1.0, usable_s / tick_s)
+    run_rate = round_messages / (round_ms / 1000)
     read_rate = shards * DDB_PARTITION_RCU * 8192 / item_bytes  # eventually consistent: 8 KB/RCU
-    cancel_read_rate = shards * DDB_PARTITION_RCU / 0.5  # cancel#<shard>: 0.5 RCU per key
-    fixed_rate = min(parallel_rate, read_rate, cancel_read_rate)
-    bound = {
-        parallel_rate: f"{scheduler_send_workers} parallel senders",
-        read_rate: f"query reads ({shards} partitions x {DDB_PARTITION_RCU} RCU)",
-        cancel_read_rate: f"cancel-marker reads ({shards} partitions x {DDB_PARTITION_RCU} RCU)",
-    }[fixed_rate]
+    fixed_rate = min(run_rate * duty, read_rate)
+    per_run = int(run_rate * usable_s)
+    runs = math.ceil(messages / per_run)
     stages.append(
         Stage(
-            "scheduler with parallel sends (hypothetical)", fixed_rate, messages / fixed_rate, bound
+            "scheduler (checkpoints inside a second)",
+            fixed_rate,
+            messages / fixed_rate,
+            f"{round_ms:.0f} ms per round of {round_messages:,} ({shards} shards x {page_items} "
+            f"items): Query {a.ms_dynamodb_query:g} ms + {calls} SendMessageBatch "
+            f"({messages_per_send:.0f} messages each, bundles, measured) {send_workers} at a "
+            f"time x {a.ms_sqs_send_batch:g} ms + checkpoint {a.ms_dynamodb_update:g} ms; "
+            f"runs {usable_s} s of every {tick_s} s tick: {per_run:,} messages per run"
+            + (f"; capped by query reads ({read_rate:,.0f}/s)" if read_rate < run_rate else ""),
         )
     )
     sched_s = messages / fixed_rate
     late_from_scheduler = max(0.0, sched_s - lookahead_s)
     notes.append(
-        f"the scheduler starts {lookahead_s} s before due; with parallel sends it needs "
-        f"{sched_s:.0f} s, so messages reach SQS "
+        f"the scheduler starts {lookahead_s} s before due and needs {sched_s:.0f} s "
+        f"({runs} runs), so messages reach SQS "
         + ("before due" if late_from_scheduler == 0 else f"up to {late_from_scheduler:.0f} s late")
     )
 
@@ -338,7 +343,7 @@ def scale_out_model(
         + a.ms_kafka_flush
         + event_source_overhead_ms
     )
-    cancel_cap = cancel_read_rate
+    cancel_cap = shards * DDB_PARTITION_RCU / 0.5  # cancel#<shard>: 0.5 RCU per key
     start = steady_emitter_concurrency or functions.emitter_max_concurrency
     results = {}
     for cap in sorted(
@@ -383,8 +388,8 @@ def scale_out_model(
         stages=stages,
         drain_seconds_after_due=round(late_from_scheduler + drain_s, 1),
         drain_messages_per_second=round(drain_rate),
-        scheduler_completes=completes,
-        scheduler_max_messages_per_second_bucket=sched_max,
+        scheduler_runs=runs,
+        scheduler_messages_per_run=per_run,
         notes=notes,
         inputs={
             "item_bytes": item_bytes,

@@ -16,6 +16,7 @@ from functools import cache
 from typing import Any, Final
 
 from bench.fakes import item_size, write_units
+from bench.payload import random_bytes
 from bench.template import FunctionConfig, deployed
 from bench.workload import DAY_SECONDS, ISSUE_7, NOW_MS, VALUE_BYTES, Workload, delay_request
 from delayq import buckets
@@ -99,7 +100,7 @@ def price(name: str) -> float:
 LAMBDA_FULL_VCPU_MB: Final = 1769  # Lambda allocates CPU in proportion to memory: 1 vCPU here
 SQS_RECEIVE_MAX: Final = 10
 # An eventually consistent read of a key that is not there (a cancel marker that does not
-# exist): the scheduler checks long messages, the emitter checks every message.
+# exist): the emitter checks every message (the scheduler, where it still does, long ones).
 MISSING_KEY_RRU: Final = 0.5
 SCHEDULER_SAFETY_S: Final = 10  # functions/scheduler/app.py: Deadline(safety_ms=10_000)
 
@@ -180,18 +181,24 @@ class MeasuredInputs:
     max_hold_ms: int
 
 
-def stored_item_bytes(value_bytes: int = VALUE_BYTES) -> int:
-    """The size of the DynamoDB item ingest writes for one workload message."""
-    request = delay_request(123_456_789, NOW_MS + 3_600_000, value_bytes)
-    return item_size(message_item(request, 16, 86_400, NOW_MS))
+def stored_item_bytes(value: bytes | None = None) -> int:
+    """The size of the DynamoDB item ingest writes for one workload message (its value: the
+    workload's JSON order event unless given)."""
+    request = delay_request(123_456_789, NOW_MS + 3_600_000, value)
+    return item_size(message_item(request, 16, 86_400))
 
 
-def largest_value_in_one_wru() -> int:
-    """The largest value (bytes) whose stored item still costs one write request unit."""
+def incompressible_value(size: int = VALUE_BYTES) -> bytes:
+    """A value zlib cannot shrink (random bytes: encrypted or already compressed data)."""
+    return random_bytes(123_456_789, size)
+
+
+def largest_incompressible_value_in_one_wru() -> int:
+    """The largest incompressible value (bytes) whose stored item still costs one write unit."""
     low, high = 0, VALUE_BYTES
     while low < high:
         mid = (low + high + 1) // 2
-        if write_units(stored_item_bytes(mid)) <= 1:
+        if write_units(stored_item_bytes(incompressible_value(mid))) <= 1:
             low = mid
         else:
             high = mid - 1
@@ -317,13 +324,32 @@ def this_design(
     return cost
 
 
-def emitter_batch(fc: FunctionConfig, a: Assumptions) -> float:
+def emitter_batch(
+    fc: FunctionConfig,
+    a: Assumptions,
+    per_queue_message: float = 1.0,
+    per_second: float | None = None,
+) -> float:
     """Messages per emitter invocation: the assumption if set, else the template's BatchSize
-    (a batch of at most 10 is one receive, so it is also capped by the receive size)."""
-    batch = a.emitter_invocation_batch or float(fc.emitter_batch_size)
+    in SQS messages times the delay messages each carries (bundles, measured), at most what
+    arrives within the batching window at ``per_second`` (a batch of at most 10 is one
+    receive, so it is also capped by the receive size)."""
+    batch = a.emitter_invocation_batch or float(fc.emitter_batch_size) * per_queue_message
+    if per_second and fc.emitter_batching_window_s > 0 and a.emitter_invocation_batch is None:
+        batch = min(
+            batch, max(float(fc.emitter_batch_size), per_second * fc.emitter_batching_window_s)
+        )
     if batch <= SQS_RECEIVE_MAX:
         batch = min(batch, a.receive_batch_mean)
     return batch
+
+
+def measured_emitter_batch(
+    m: MeasuredInputs, workload: Workload, fc: FunctionConfig, a: Assumptions
+) -> float:
+    """:func:`emitter_batch` with the mix's measured messages per SQS message."""
+    per_queue_message = float(m.mix.get("messages_per_queue_message", 1.0))
+    return emitter_batch(fc, a, per_queue_message, workload.per_second)
 
 
 def _queues_and_table(
@@ -339,19 +365,25 @@ def _queues_and_table(
     """SQS and DynamoDB lines of this design."""
     short, long_ = workload.short_share, workload.long_share
     s, lg = m.short, m.long
-    # SQS: sends (ingest or scheduler) + the event source's receives and deletes. The receive
-    # batch size is an assumption (see Assumptions); sends are measured.
+    # SQS: sends (ingest or scheduler) + the event source's receives and deletes, measured
+    # in billed requests (one per 64 KiB chunk of a call's payload) with bundles. Receives are
+    # measured full (10 SQS messages a call); fewer per receive costs more (sensitivity).
     rb = min(SQS_RECEIVE_MAX, a.receive_batch_mean)
-    sends = short * _per(s, "sqs.SendMessageBatch") + long_ * _per(lg, "sqs.SendMessageBatch")
-    receives = 1 / rb
-    batch = emitter_batch(fc, a)
-    deletes = math.ceil(batch / SQS_RECEIVE_MAX) / batch
+    billed = short * float(s["sqs_billed_requests"]) + long_ * float(lg["sqs_billed_requests"])
+    calls = {
+        op: short * _per(s, f"sqs.{op}") + long_ * _per(lg, f"sqs.{op}")
+        for op in ("SendMessageBatch", "ReceiveMessage", "DeleteMessageBatch")
+    }
+    # Fewer SQS messages per receive: more receive calls, each at least one chunk.
+    billed += calls["ReceiveMessage"] * (SQS_RECEIVE_MAX / rb - 1)
+    per_bundle = float(m.mix.get("messages_per_queue_message", 1.0))
     cost.add(
         "SQS delay queue",
-        (sends + receives + deletes) * price("sqs_standard_request"),
-        f"{sends:.3f} SendMessageBatch (measured) + {receives:.3f} ReceiveMessage ({rb:g} per "
-        f"receive) + {deletes:.3f} DeleteMessageBatch (10 a call) by the Lambda event source, "
-        f"per message; 1 KB bodies: one 64 KB chunk per call",
+        billed * price("sqs_standard_request"),
+        f"{billed:.4f} billed requests per message (64 KiB chunks, measured): "
+        f"{calls['SendMessageBatch']:.4f} SendMessageBatch + {calls['ReceiveMessage']:.4f} "
+        f"ReceiveMessage + {calls['DeleteMessageBatch']:.4f} DeleteMessageBatch calls; "
+        f"{per_bundle:.1f} messages per SQS message (bundles), {rb:g} SQS messages per receive",
     )
     ticks_per_day = DAY_SECONDS / 60
     msgs_per_day = workload.messages_per_day
@@ -370,7 +402,8 @@ def _queues_and_table(
     cost.add(
         "DynamoDB writes",
         wru * price("dynamodb_wru"),
-        f"{wru_long:.3f} WRU per long message measured (item {m.item_bytes} B = {item_wru} WRU"
+        f"{wru_long:.3f} WRU per long message measured (item of a 1 KB JSON order event: "
+        f"{m.item_bytes} B = {item_wru} WRU"
         + (f", + {delete_wru} WRU delete" if explicit_delete else "")
         + f"), {wru_short:.3f} per short (emitter statistics)",
     )
@@ -379,7 +412,9 @@ def _queues_and_table(
         "DynamoDB reads",
         rru * price("dynamodb_rru"),
         f"{float(lg['dynamodb_rru']):.3f} RRU per long message, {float(s['dynamodb_rru']):.3f} "
-        f"per short (measured; cancel-marker BatchGetItem: 0.5 RRU per key, found or not)",
+        f"per short (measured; cancel-marker BatchGetItem, 0.5 RRU per key found or not, by "
+        + ("the scheduler and the emitter" if scheduler_reads_cancel_markers(m) else "the emitter")
+        + ")",
     )
     days = _storage_days_per_long_message(workload, ttl_grace_s, explicit_delete)
     gb_per_message_day = (m.item_bytes + a.dynamodb_item_overhead_bytes) / 1e9
@@ -467,7 +502,7 @@ def _functions(
     )
 
     # Lambda: emitter. The hold dominates: SQS releases lead..lead+1 s early.
-    rb_emit = emitter_batch(fc, a)
+    rb_emit = measured_emitter_batch(m, workload, fc, a)
     hold = emitter_hold_ms(m.lead_ms, rb_emit, m.max_hold_ms, a.ms_poll_latency)
     emit_cpu = cpu_wall_ms(
         m.emitter_cpu_ms_per_batch * rb_emit / m.emitter_batch, fc.memory_mb["emitter"], a
@@ -523,6 +558,11 @@ def _functions(
 
 def _stage(summary: Mapping[str, Any], stage: str, key: str) -> float:
     return float(summary["by_stage"].get(stage, {}).get(key, 0.0))
+
+
+def scheduler_reads_cancel_markers(m: MeasuredInputs) -> bool:
+    """Whether the measured scheduler still reads cancel markers (``BatchGetItem``)."""
+    return _stage(m.long, "scheduler", "dynamodb.BatchGetItem") > 0
 
 
 def _per_invocation(summary: Mapping[str, Any], stage: str, key: str) -> float:
@@ -717,7 +757,9 @@ def build(
             {"variant": label, "usd_per_million": round(total, 4), "delta": round(total - base, 4)}
         )
 
-    for mb in (128, 256, 512):
+    for mb in (128, 256, 512, 1024):
+        if mb == fc.memory_mb["emitter"]:
+            continue
         variant(
             f"emitter memory {mb} MB",
             functions=replace(fc, memory_mb={**fc.memory_mb, "emitter": mb}),
@@ -740,34 +782,33 @@ def build(
             "emitter BatchSize 100, batching window 1 s",
             assumptions=replace(a, emitter_invocation_batch=100.0),
         )
-    small = largest_value_in_one_wru()
-    one_wru = replace(
-        m,
-        item_bytes=stored_item_bytes(small),
-        long={
-            **m.long,
-            "dynamodb_wru": float(m.long["dynamodb_wru"]) - (write_units(m.item_bytes) - 1),
-        },
-    )
-    variant(f"item <= 1 KB (value <= {small} B): 1 WRU per write", measured=one_wru)
+    wru_long = float(m.long["dynamodb_wru"])
+    raw_bytes = stored_item_bytes(incompressible_value())
     variant(
-        f"emitter 128 MB and value <= {small} B",
-        functions=replace(fc, memory_mb={**fc.memory_mb, "emitter": 128}),
-        measured=one_wru,
-    )
-    variant(
-        f"emitter 128 MB, value <= {small} B, and no per-message cancel-marker reads",
-        functions=replace(fc, memory_mb={**fc.memory_mb, "emitter": 128}),
+        f"incompressible 1 KB values (random bytes): item {raw_bytes} B = "
+        f"{write_units(raw_bytes)} WRU",
         measured=replace(
-            one_wru,
-            short={
-                **m.short,
-                "dynamodb_rru": float(m.short["dynamodb_rru"]) - MISSING_KEY_RRU,
-            },
+            m,
+            item_bytes=raw_bytes,
             long={
-                **one_wru.long,
-                "dynamodb_rru": float(m.long["dynamodb_rru"]) - 2 * MISSING_KEY_RRU,
+                **m.long,
+                "dynamodb_wru": wru_long - write_units(m.item_bytes) + write_units(raw_bytes),
             },
+        ),
+    )
+    rru_short, rru_long = float(m.short["dynamodb_rru"]), float(m.long["dynamodb_rru"])
+    if scheduler_reads_cancel_markers(m):
+        variant(
+            "without the scheduler's cancel-marker read (emitter's only)",
+            measured=replace(m, long={**m.long, "dynamodb_rru": rru_long - MISSING_KEY_RRU}),
+        )
+    without_reads = rru_long - MISSING_KEY_RRU * (1 + scheduler_reads_cancel_markers(m))
+    variant(
+        "no per-message cancel-marker reads at all",
+        measured=replace(
+            m,
+            short={**m.short, "dynamodb_rru": rru_short - MISSING_KEY_RRU},
+            long={**m.long, "dynamodb_rru": without_reads},
         ),
     )
     return CostModel(workload, m, a, fc, designs, sensitivity)

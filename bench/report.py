@@ -102,11 +102,43 @@ def summary_rows(doc: Mapping[str, Any]) -> list[tuple[str, str, str, str, str]]
         rows.append(
             (
                 f"burst model: {_fmt(model['messages'])} in AWS",
-                f"{_fmt(model['drain_seconds_after_due'], 0)} s after due"
-                + ("" if model["scheduler_completes"] else " (with a fixed scheduler)"),
+                f"{_fmt(model['drain_seconds_after_due'], 0)} s after due, "
+                f"{_fmt(model['drain_messages_per_second'])} msg/s "
+                f"({model['scheduler_runs']} scheduler runs)",
                 "",
-                "scheduler stalls as built" if not model["scheduler_completes"] else "",
+                "",
                 "model from measured per-invocation cost + AWS limits",
+            )
+        )
+    stored = doc.get("stored_item")
+    if stored:
+        rows.append(
+            (
+                "stored item of a 1 KB message: JSON event / random bytes",
+                f"{_fmt(stored['json_item_bytes_max'])} B ({stored['json_item_wru_max']} WRU) / "
+                f"{_fmt(stored['incompressible_item_bytes'])} B "
+                f"({stored['incompressible_item_wru']} WRU)",
+                "<= 1,024 B",
+                f"{_verdict(stored['json_item_wru_max'] <= 1)} / "
+                f"{_verdict(stored['incompressible_item_wru'] <= 1)}",
+                "delayq.store.message_item, DynamoDB item size rules (max over "
+                f"{stored['variants']} JSON events)",
+            )
+        )
+    memory = doc.get("emitter_memory")
+    if memory:
+        rows.append(
+            (
+                "emitter peak RSS (MB) -> memory setting",
+                f"{_fmt(memory['emitter_peak_rss_mb'], 1)} -> "
+                + (
+                    f"{memory['suggested_memory_mb']} MB (template {memory['template_memory_mb']})"
+                    if memory.get("suggested_memory_mb")
+                    else "n/a"
+                ),
+                "2 x (peak + runtime)",
+                "",
+                "real handler and producer, mock Kafka cluster; VmHWM",
             )
         )
     rows.append(
@@ -248,6 +280,26 @@ def _details(doc: Mapping[str, Any]) -> list[str]:
         )
         + f"; completed: {_fmt(probe['completed'])}"
     )
+    stored = doc.get("stored_item")
+    if stored:
+        out.append(f"  stored item: {stored['method']}")
+        out.append(
+            "    zlib on the JSON values, us per value / mean bytes: "
+            + ", ".join(
+                f"{k} {stored['compress_us'][k]} / {stored['compressed_bytes'][k]}"
+                for k in stored["compress_us"]
+            )
+            + f"; decompress {stored['decompress_us']} us"
+        )
+    memory = doc.get("emitter_memory")
+    if memory:
+        out.append(f"  emitter memory: {memory['method']}")
+        if memory.get("stages_rss_mb"):
+            out.append(
+                "    RSS by stage (MB): "
+                + ", ".join(f"{k} {v}" for k, v in memory["stages_rss_mb"].items())
+            )
+        out += [f"    note: {n}" for n in memory.get("notes", [])]
     details = doc["cost_usd_per_million"]["details"]
     out.append(f"  cost model, this design (prices of {details['prices_as_of']}):")
     for line in details["designs"]["this_design"]["lines"]:

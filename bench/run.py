@@ -13,6 +13,8 @@ from typing import Any, TextIO
 from bench import calls as calls_mod
 from bench import cost as cost_mod
 from bench import cpu as cpu_mod
+from bench import items as items_mod
+from bench import memory as memory_mod
 from bench.burst import scale_out_model, scheduler_probe, steady_emitter_concurrency
 from bench.fakes import write_units
 from bench.handlers import measure_handlers
@@ -45,6 +47,8 @@ class Options:
     cpu: cpu_mod.CpuSettings = field(default_factory=cpu_mod.CpuSettings)
     calls: calls_mod.CallSettings = field(default_factory=calls_mod.CallSettings)
     handler_batches: tuple[int, int] = (50, 50)
+    item_variants: int = 1024
+    memory_batches: int = 100
     probe_messages: int = 60_000
     probe_send_latency_ms: float = 10.0
     profile: str = "auto"
@@ -56,6 +60,8 @@ QUICK = Options(
     cpu=cpu_mod.QUICK_CPU,
     calls=calls_mod.QUICK_CALLS,
     handler_batches=(2, 1),
+    item_variants=64,
+    memory_batches=10,
     probe_messages=500,
     probe_send_latency_ms=2000.0,
     profile="never",
@@ -68,6 +74,22 @@ def _step(out: TextIO, text: str) -> float:
     out.write(f"== {text}\n")
     out.flush()
     return time.monotonic()
+
+
+def _items_and_memory(options: Options, out: TextIO) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Stored item sizes and the emitter's peak memory (a child process)."""
+    t = _step(out, "stored items; emitter memory (real handler, mock Kafka cluster)")
+    items = items_mod.measure_items(options.item_variants).as_dict()
+    try:
+        memory = memory_mod.measure_emitter_memory(options.memory_batches).as_dict()
+    except Exception as e:  # noqa: BLE001 -- reported in bench.json, the rest still runs
+        memory = {"emitter_peak_rss_mb": None, "method": f"not measured: {type(e).__name__}: {e}"}
+    out.write(
+        f"   item {items['json_item_bytes_max']} B (JSON) / {items['incompressible_item_bytes']} B "
+        f"(random); emitter peak RSS {memory['emitter_peak_rss_mb']} MB "
+        f"({time.monotonic() - t:.0f} s)\n"
+    )
+    return items, memory
 
 
 def run(options: Options, out: TextIO = sys.stderr) -> dict[str, Any]:
@@ -115,10 +137,13 @@ def run(options: Options, out: TextIO = sys.stderr) -> dict[str, Any]:
     )
     model = cost_mod.build(measured, workload)
 
+    items, memory = _items_and_memory(options, out)
+
     t = _step(out, "burst: scheduler probe (in-memory, simulated latency) and 10 M model")
     probe = scheduler_probe(options.probe_messages, send_latency_ms=options.probe_send_latency_ms)
     a = model.assumptions
-    batch = cost_mod.emitter_batch(model.functions, a)
+    batch = cost_mod.measured_emitter_batch(measured, workload, model.functions, a)
+    long_sends = float(measured.long["by_operation"].get("sqs.SendMessageBatch", 0.0))
     hold = cost_mod.emitter_hold_ms(
         settings.emit_lead_ms, batch, settings.max_hold_ms, a.ms_poll_latency
     )
@@ -134,8 +159,11 @@ def run(options: Options, out: TextIO = sys.stderr) -> dict[str, Any]:
         scheduler_cpu_ms_per_message=scheduler_cpu_ms_per_second / workload.long_per_second,
         functions=model.functions,
         assumptions=a,
+        messages_per_send=1 / long_sends if long_sends else 10.0,
         lookahead_s=settings.lookahead_seconds,
         lead_ms=settings.emit_lead_ms,
+        page_items=settings.scheduler_page_items,
+        tick_s=settings.tick_seconds,
         steady_emitter_concurrency=min(steady_conc, model.functions.emitter_max_concurrency),
     )
     burst_model.notes.append(
@@ -179,6 +207,8 @@ def run(options: Options, out: TextIO = sys.stderr) -> dict[str, Any]:
         local=local,
         local_error=local_error,
         hold_ms=hold,
+        stored_item=items,
+        emitter_memory=memory,
     )
     return doc
 
@@ -196,6 +226,8 @@ def assemble(
     local: dict[str, Any] | None,
     local_error: str,
     hold_ms: float,
+    stored_item: dict[str, Any],
+    emitter_memory: dict[str, Any],
 ) -> dict[str, Any]:
     """The bench.json document."""
     settings = bench_settings()
@@ -257,6 +289,8 @@ def assemble(
         "lateness_ms": lateness,
         "burst": burst,
         "cost_usd_per_million": {**model.headline(), "details": model.as_dict()},
+        "stored_item": stored_item,
+        "emitter_memory": emitter_memory,
     }
     if local:
         doc["local_stack"] = {k: v for k, v in local.items() if k not in ("lateness", "burst")}
@@ -272,16 +306,23 @@ def findings(doc: dict[str, Any]) -> list[str]:
     item_bytes = doc["cost_usd_per_million"]["details"]["measured_inputs"]["item_bytes"]
     if not t["dynamodb_writes_long"]["met_in_request_units"]:
         out.append(
-            f"DynamoDB writes: {req['dynamodb_writes_long']:.2f} WRU per long message: the "
-            f"stored item of a 1 KB message is {item_bytes} B, over the 1 KB write unit "
-            "(store.message_item adds ~200 B of attributes)"
+            f"DynamoDB writes: {req['dynamodb_writes_long']:.3f} WRU per long message: the "
+            f"stored item of a 1 KB message is {item_bytes} B = {write_units(item_bytes)} WRU; "
+            "the rest is the watermark and the delivery statistics"
         )
+    out += _storage_findings(doc)
+    long_stages = req["by_path"]["long"]["by_stage"]
+    scheduler_cancel_reads = long_stages.get("scheduler", {}).get("dynamodb.BatchGetItem", 0) > 0
     if not t["dynamodb_reads_long"]["met_in_request_units"]:
         out.append(
             f"DynamoDB reads: {req['dynamodb_reads_long']:.2f} RRU "
             f"({req['dynamodb_read_calls_long']:.3f} calls) per long message: cancel markers "
-            "are read twice per message (scheduler and emitter BatchGetItem, 0.5 RRU per key "
-            "even when absent)"
+            + (
+                "are read twice per message (scheduler and emitter BatchGetItem"
+                if scheduler_cancel_reads
+                else "are read once per message (the emitter's BatchGetItem"
+            )
+            + ", 0.5 RRU per key even when absent)"
         )
     if not t["sqs"]["met"]:
         out.append(f"SQS: {req['sqs']:.3f} requests per message, over 0.35")
@@ -298,12 +339,6 @@ def findings(doc: dict[str, Any]) -> list[str]:
         )
     out += [n for n in details["designs"]["this_design"]["notes"] if "FALLS BEHIND" in n]
     model = doc["burst"]["scale_out_10m"]
-    if not model["scheduler_completes"]:
-        out.append(
-            f"burst: the scheduler as built cannot finish a due-second holding more than "
-            f"~{model['scheduler_max_messages_per_second_bucket']:,} messages "
-            "(sequential sends; the watermark moves per whole second)"
-        )
     out += [n for n in model["notes"] if "FALLS BEHIND" in n]
     probe = doc["burst"]["scheduler_probe"]
     if not probe["completed"]:
@@ -329,6 +364,28 @@ def findings(doc: dict[str, Any]) -> list[str]:
         out.append(
             f"lateness p99 {lat['p99']} ms / max {lat['max']} ms / early {lat['early']} "
             f"({lat['source']})"
+        )
+    return out
+
+
+def _storage_findings(doc: dict[str, Any]) -> list[str]:
+    """What a stored item and the emitter's memory say."""
+    out: list[str] = []
+    stored = doc.get("stored_item")
+    if stored:
+        out.append(
+            f"a 1 KB message whose value zlib cannot shrink (random bytes) is stored as "
+            f"{stored['incompressible_item_bytes']} B = {stored['incompressible_item_wru']} WRU "
+            f"(JSON: {stored['json_item_bytes_max']} B at most); such values fit one WRU up to "
+            f"{stored['largest_incompressible_value_in_one_wru']} B"
+        )
+    memory = doc.get("emitter_memory") or {}
+    if memory.get("suggested_memory_mb") and (
+        memory["suggested_memory_mb"] != memory["template_memory_mb"]
+    ):
+        out.append(
+            f"emitter memory: template {memory['template_memory_mb']} MB, measured peak RSS "
+            f"{memory['emitter_peak_rss_mb']} MB suggests {memory['suggested_memory_mb']} MB"
         )
     return out
 

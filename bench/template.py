@@ -31,7 +31,7 @@ class FunctionConfig:
             "ingest": 512,
             "timer": 256,
             "scheduler": 1024,
-            "emitter": 1024,
+            "emitter": 256,
             "cleanup": 512,
         }
     )

@@ -10,8 +10,10 @@ import base64
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Final
 
+from bench.payload import order_event
 from delayq.contract import DelayRequest, Envelope
 
 DAY_SECONDS: Final = 86_400
@@ -21,11 +23,24 @@ DELAY_TOPIC: Final = "delay-requests"
 TARGET: Final = "orders.timeout"
 ALLOWED_TARGETS: Final = ("orders.*", "reminders")
 
-# A "1 KB message": key + value + user headers = 1,024 bytes (what the payload limit counts).
+# A "1 KB message": key + value + user headers = 1,024 bytes (what the payload limit counts);
+# the value is a JSON order event (bench.payload), one of VALUE_VARIANTS.
 KEY_BYTES: Final = 16
 USER_HEADERS: Final = (("trace-id", b"0123456789abcdef"),)
 MESSAGE_BYTES: Final = 1024
 VALUE_BYTES: Final = MESSAGE_BYTES - KEY_BYTES - sum(len(n) + len(v) for n, v in USER_HEADERS)
+VALUE_VARIANTS: Final = 1024
+
+
+def message_value(index: int, size: int = VALUE_BYTES) -> bytes:
+    """The value of workload message ``index``: an order event of ``size`` bytes (1,024
+    distinct events, so that building large workloads stays cheap)."""
+    return _variant(index % VALUE_VARIANTS, size)
+
+
+@cache
+def _variant(slot: int, size: int) -> bytes:
+    return order_event(slot, size)
 
 
 @dataclass(frozen=True)
@@ -107,7 +122,6 @@ def kafka_record(
     delay_id: str | None = None,
     timestamp_ms: int = NOW_MS,
     partition: int = 0,
-    value_bytes: int = VALUE_BYTES,
 ) -> dict[str, Any]:
     """A 1 KB delay request (or a cancel) as the Kafka event source delivers it."""
     headers: list[dict[str, list[int]]] = []
@@ -123,7 +137,7 @@ def kafka_record(
             headers.append(header("delay-id", delay_id.encode()))
     headers.extend(header(n, v) for n, v in USER_HEADERS)
     key = f"key-{offset:012d}".encode()[:KEY_BYTES].ljust(KEY_BYTES, b"-")
-    value = (b"v" * value_bytes) if cancel is None else b""
+    value = message_value(offset) if cancel is None else b""
     return {
         "topic": DELAY_TOPIC,
         "partition": partition,
@@ -166,15 +180,16 @@ def mixed_delays_ms(count: int, workload: Workload, rng: random.Random) -> list[
     return delays
 
 
-def delay_request(index: int, due_ms: int, value_bytes: int = VALUE_BYTES) -> DelayRequest:
-    """A parsed 1 KB delay request (what the scheduler reads and the emitter decodes)."""
+def delay_request(index: int, due_ms: int, value: bytes | None = None) -> DelayRequest:
+    """A parsed 1 KB delay request (what the scheduler reads and the emitter decodes); the
+    value is :func:`message_value` unless given."""
     key = f"key-{index:012d}".encode()[:KEY_BYTES].ljust(KEY_BYTES, b"-")
     return DelayRequest(
         delay_id=f"{DELAY_TOPIC}-0-{index}",
         target=TARGET,
         due_ms=due_ms,
         key=key,
-        value=b"v" * value_bytes,
+        value=message_value(index) if value is None else value,
         headers=USER_HEADERS,
         src=f"{DELAY_TOPIC}-0-{index}",
     )

@@ -168,7 +168,8 @@ class LambdaContext:
 
 def load_event(name: str) -> dict[str, Any]:
     """One of the shared sample events in events/."""
-    return json.loads((EVENTS / name).read_text())
+    event: dict[str, Any] = json.loads((EVENTS / name).read_text())
+    return event
 
 
 def load_handler(name: str) -> ModuleType:
@@ -278,9 +279,22 @@ class RecordingSqs:
         self.fail_ids_once: set[str] = set()
         self.raise_after: int | None = None
         self.calls = 0
+        self.visibility_changes: list[tuple[str, int]] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+    def change_message_visibility(
+        self,
+        QueueUrl: str,  # noqa: N803
+        ReceiptHandle: str,  # noqa: N803
+        VisibilityTimeout: int,  # noqa: N803
+    ) -> dict[str, Any]:
+        self.visibility_changes.append((ReceiptHandle, VisibilityTimeout))
+        response: dict[str, Any] = self._inner.change_message_visibility(
+            QueueUrl=QueueUrl, ReceiptHandle=ReceiptHandle, VisibilityTimeout=VisibilityTimeout
+        )
+        return response
 
     def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803
         if self.raise_after is not None and self.calls >= self.raise_after:

@@ -73,10 +73,8 @@ def _messages(spark: SparkSession, count: int, files: int) -> DataFrame:
                 _n(F.col("due")).alias("due_ms"),
                 _s(F.col("topic")).alias("target"),
                 F.struct(F.lit(VALUE_B64).alias("B")).alias("value"),
-                _s(F.lit("[]")).alias("headers"),
                 _s(F.concat(F.lit("delay-requests-0-"), row.cast("string"))).alias("src"),
                 _n(200 + row % 800).alias("size"),
-                _n(F.col("due") - HOUR_MS).alias("ingested_ms"),
                 _n((F.col("due") / 1000).cast("long") + 86_400).alias("expires_at"),
             ).alias("Item")
         )

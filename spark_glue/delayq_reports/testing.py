@@ -29,7 +29,6 @@ def message_item(
     shard: int = 0,
     size: int = 100,
     tenant: str | None = None,
-    ingested_ms: int | None = None,
 ) -> dict[str, dict[str, str]]:
     """A stored pending message (`kind` msg) with a `size`-byte value."""
     due_second = due_ms // 1000
@@ -40,10 +39,8 @@ def message_item(
         "due_ms": {"N": str(due_ms)},
         "target": {"S": target},
         "value": {"B": base64.b64encode(b"v" * size).decode("ascii")},
-        "headers": {"S": "[]"},
         "src": {"S": f"delay-requests-0-{delay_id}"},
         "size": {"N": str(size)},
-        "ingested_ms": {"N": str(due_ms - 3_600_000 if ingested_ms is None else ingested_ms)},
         "expires_at": {"N": str(due_second + TTL_GRACE_SECONDS)},
     }
     if tenant is not None:

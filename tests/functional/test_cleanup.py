@@ -33,7 +33,7 @@ def removal(
     p: Pipeline, due_ms: int, *, ttl: bool = True, ref: str | None = None
 ) -> dict[str, Any]:
     request = removed_request(due_ms, ref)
-    image = stream_image(message_item(request, p.settings.shards, 86400, NOW_MS))
+    image = stream_image(message_item(request, p.settings.shards, 86400))
     record: dict[str, Any] = {
         "eventID": "1",
         "eventName": "REMOVE",

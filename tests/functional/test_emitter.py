@@ -72,6 +72,20 @@ def test_a_kafka_delivery_failure_fails_only_that_message(p: Pipeline) -> None:
     assert [o.header("delay-id") for o in p.producer.produced] == [b"ok"]
 
 
+@pytest.mark.parametrize(("receive_count", "back_off"), [(1, 2), (3, 8), (9, 60)])
+def test_a_failed_delivery_comes_back_after_a_short_back_off_not_the_visibility_timeout(
+    p: Pipeline, receive_count: int, back_off: int
+) -> None:
+    p.producer = FakeProducer(fail_topics={"orders.timeout"}, clock=p.clock)
+    p.aws.sqs.send_message(QueueUrl=p.settings.delay_queue_url, MessageBody="x")
+    [msg] = p.aws.sqs.receive_message(QueueUrl=p.settings.delay_queue_url)["Messages"]
+    result = p.emit(
+        [entry(p, NOW_MS)], receive_count=receive_count, receipt_handles=[msg["ReceiptHandle"]]
+    )
+    assert len(result.failed) == 1
+    assert p.sqs.visibility_changes == [(msg["ReceiptHandle"], back_off)]
+
+
 def test_no_delivery_report_before_the_timeout_fails_the_message(p: Pipeline) -> None:
     p.producer = FakeProducer(silent=True, clock=p.clock)
     result = p.emit([entry(p, NOW_MS)])

@@ -9,7 +9,7 @@ import pytest
 
 from delayq import buckets
 from delayq.exceptions import MalformedEventError, RetriesExhaustedError
-from delayq.store import MessageStore
+from delayq.store import MessageStore, Watermark
 from tests.factories import NOW_MS, kafka_event, kafka_record
 from tests.functional.conftest import Pipeline, no_sleep_backoff
 
@@ -99,6 +99,27 @@ def test_stored_below_a_watermark_that_moved_is_also_queued(p: Pipeline) -> None
     assert result.stored == 1
     assert result.rescued == 1
     assert len(p.delayed()) == 1
+
+
+def test_stored_in_the_second_the_scheduler_is_working_through_is_also_queued(
+    p: Pipeline,
+) -> None:
+    due_second = (NOW_MS + 3_600_000) // 1000
+    pk = buckets.bucket_key(due_second, 0)
+    p.store.write_watermark(None, Watermark(due_second - 1, {pk: "zzz"}), NOW_MS, p.deadline())
+    result = p.ingest(kafka_event(kafka_record(target="reminders", seconds="3600")))
+    assert (result.stored, result.rescued) == (1, 1)
+    assert len(p.delayed()) == 1
+
+
+def test_stored_just_after_a_watermark_with_no_progress_inside_is_left_to_the_scheduler(
+    p: Pipeline,
+) -> None:
+    due_second = (NOW_MS + 3_600_000) // 1000
+    p.store.advance_watermark(None, due_second - 1, NOW_MS, p.deadline())
+    result = p.ingest(kafka_event(kafka_record(target="reminders", seconds="3600")))
+    assert (result.stored, result.rescued) == (1, 0)
+    assert p.delayed() == []
 
 
 def test_a_record_that_cannot_be_stored_fails_the_invocation(p: Pipeline) -> None:

@@ -70,14 +70,24 @@ def run(
 
 
 @pytest.mark.parametrize(
-    ("skip_ticks", "crash_tick"),
-    [(set(), None), ({4, 5, 6, 7}, None), (set(), 9), ({12, 13}, 15)],
-    ids=["steady", "missed-ticks", "crash", "missed-and-crash"],
+    ("skip_ticks", "crash_tick", "page_items"),
+    [
+        (set(), None, 250),
+        ({4, 5, 6, 7}, None, 250),
+        (set(), 9, 250),
+        ({12, 13}, 15, 250),
+        # One item a page: every second holding two messages in one shard is sent over
+        # several rounds, with the scheduler's progress recorded inside the second.
+        ({4, 5, 6, 7}, None, 1),
+        ({12, 13}, 15, 1),
+    ],
+    ids=["steady", "missed-ticks", "crash", "missed-and-crash", "paged", "paged-crash"],
 )
 def test_nothing_lost_nothing_early_cancels_honoured(
-    pipeline: Pipeline, skip_ticks: set[int], crash_tick: int | None
+    pipeline: Pipeline, skip_ticks: set[int], crash_tick: int | None, page_items: int
 ) -> None:
     p = pipeline
+    p.settings = p.settings.with_overrides(scheduler_page_items=page_items)
     wanted, cancelled = run(p, random.Random(7), skip_ticks=skip_ticks, crash_tick=crash_tick)
     emitted = Counter(o.header("delay-id").decode() for o in p.producer.produced)  # type: ignore[union-attr]
     assert set(emitted) == wanted - cancelled  # invariant 1: nothing lost (and cancels win)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delayq.contract import DelayRequest, Envelope
+from delayq.contract import DelayRequest, Envelope, decode_body, encode_bundle
 from delayq.exceptions import ConfigurationError
 from delayq.ingest import IngestServices
 from delayq.queues import DelayQueue, RejectQueue, SqsQueue
@@ -88,7 +88,8 @@ def counts(p: Pipeline, url: str) -> tuple[int, int]:
 
 
 def requeued(p: Pipeline) -> list[DelayRequest]:
-    return [Envelope.decode(e.body).request for e in p.delayed()]
+    """Every delay message sent to the delay queue, single or in a bundle."""
+    return [e.request for x in p.delayed() for e in decode_body(x.body) if e.request]
 
 
 def allow_payments(p: Pipeline) -> None:
@@ -112,6 +113,40 @@ def test_dead_letters_go_back_to_the_delay_queue_delayed_until_due(p: Pipeline) 
     assert sorted(requeued(p), key=lambda r: r.due_ms) == [past, soon, later]
     # Whole seconds, rounded down, minus the emitter's lead; at most SQS's 900 s.
     assert sorted(e.delay_seconds for e in p.delayed()) == [0, 29, 900]
+
+
+def test_a_dead_lettered_bundle_goes_back_whole_and_a_dry_run_counts_its_messages(
+    p: Pipeline,
+) -> None:
+    due = [delay_request(delay_id=f"b-{i}", due_ms=NOW_MS - 1_000) for i in range(3)]
+    later = delay_request(delay_id="later", due_ms=NOW_MS + 60_000)
+    body = encode_bundle([Envelope(r).encode() for r in [*due, later]])
+    p.aws.sqs.send_message(QueueUrl=dlq(p), MessageBody=body)
+
+    assert (run(p, DLQ, dry_run=True).moved, p.sqs.sent) == (4, [])
+    report = run(p, DLQ)
+
+    assert (report.moved, report.failed, counts(p, dlq(p))) == (4, 0, (0, 0))
+    # Bundled again by DelaySeconds: the due ones together, the later one on its own.
+    assert sorted((e.delay_seconds, len(decode_body(e.body))) for e in p.delayed()) == [
+        (0, 3),
+        (58, 1),
+    ]
+    assert sorted(requeued(p), key=lambda r: r.delay_id) == sorted(
+        [*due, later], key=lambda r: r.delay_id
+    )
+
+
+def test_a_bundle_with_an_entry_that_is_not_ours_stays_whole(p: Pipeline) -> None:
+    good = Envelope(delay_request(delay_id="good")).encode()
+    body = encode_bundle([good, '{"v":1,"id":"forged"}'])
+    p.aws.sqs.send_message(QueueUrl=dlq(p), MessageBody=body)
+
+    report = run(p, DLQ)
+
+    assert (report.moved, report.failed) == (0, 2)
+    assert "bundle entry 1" in report.errors[0]
+    assert [m["Body"] for m in p.aws.receive_all(dlq(p))] == [body]
 
 
 def test_redriven_dead_letters_are_delivered_with_their_original_bytes(p: Pipeline) -> None:
@@ -147,7 +182,7 @@ def test_a_body_that_is_not_an_envelope_stays_in_the_dead_letter_queue(p: Pipeli
     report = run(p, DLQ)
 
     assert (report.moved, report.failed) == (1, 1)
-    assert "unknown envelope version 2" in report.errors[0]
+    assert "not a delay-queue bundle" in report.errors[0]
     [left] = p.aws.receive_all(dlq(p))
     assert left["Body"] == '{"v": 2}'
 
@@ -280,7 +315,7 @@ def test_a_limit_stops_the_run_after_that_many_messages(p: Pipeline) -> None:
     dead_letter(p, *(delay_request(delay_id=f"d-{i}") for i in range(25)))
     report = run(p, DLQ, limit=12)
     assert report.moved == 12
-    assert len(p.delayed()) == 12
+    assert len(requeued(p)) == 12
     assert counts(p, dlq(p)) == (13, 0)
 
 
@@ -288,7 +323,9 @@ def test_the_rate_limit_paces_the_moves_in_bursts_of_one_second(p: Pipeline) -> 
     dead_letter(p, *(delay_request(delay_id=f"d-{i}") for i in range(30)))
     report = run(p, DLQ, rate_per_second=5)
     assert report.moved == 30
-    assert [e.sent_ms - NOW_MS for e in p.delayed()] == [1000 * (k // 5) for k in range(30)]
+    # Each second's five moves (one due time) travel as one bundle.
+    sent = [(e.sent_ms - NOW_MS, len(decode_body(e.body))) for e in p.delayed()]
+    assert sent == [(1000 * k, 5) for k in range(6)]
     assert report.waited_seconds >= 5.0
 
 

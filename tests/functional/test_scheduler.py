@@ -3,16 +3,20 @@ a crash loses nothing, a conflict stops cleanly."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from typing import Any
 
 import pytest
 
 from delayq import buckets
+from delayq.contract import decode_body
 from delayq.queues import TickQueue
 from delayq.retry import Deadline
 from delayq.scheduler import fire_timer
-from tests.factories import NOW_MS, kafka_event, kafka_record
-from tests.functional.conftest import Pipeline
+from delayq.store import MessageStore, Watermark
+from tests.factories import NOW_MS, ClientProxy, kafka_event, kafka_record
+from tests.functional.conftest import Pipeline, no_sleep_backoff
 
 
 def store_due_in(p: Pipeline, *delays_s: int) -> list[str]:
@@ -28,8 +32,36 @@ def store_due_in(p: Pipeline, *delays_s: int) -> list[str]:
     return ids
 
 
+def sent(p: Pipeline) -> list[tuple[str, int]]:
+    """Each delay id sent to the delay queue (once per send; a body may be a bundle of
+    several), with the DelaySeconds it was sent with."""
+    return [
+        (entry.request.delay_id, e.delay_seconds)
+        for e in p.delayed()
+        for entry in decode_body(e.body)
+        if entry.request is not None
+    ]
+
+
 def sent_ids(p: Pipeline) -> list[str]:
-    return [json.loads(e.body)["id"] for e in p.delayed()]
+    return [delay_id for delay_id, _ in sent(p)]
+
+
+def emitted_ids(p: Pipeline) -> list[str]:
+    return [o.header("delay-id").decode() for o in p.producer.produced]  # type: ignore[union-attr]
+
+
+def with_store(p: Pipeline, client: Any) -> Pipeline:
+    """The same pipeline reading the table through another client (a recording proxy)."""
+    store = MessageStore(
+        client,
+        p.settings.table_name,
+        shards=p.settings.shards,
+        ttl_grace_seconds=p.settings.ttl_grace_seconds,
+        max_delay_seconds=p.settings.max_delay_seconds,
+        backoff=no_sleep_backoff(),
+    )
+    return dataclasses.replace(p, store=store)
 
 
 def test_first_run_queues_everything_within_the_look_ahead(p: Pipeline) -> None:
@@ -66,18 +98,37 @@ def test_missed_ticks_are_caught_up_and_overdue_messages_go_at_once(p: Pipeline)
     p.clock.now_ms = NOW_MS + 1300_000  # twenty ticks missed: two messages overdue
     result = p.schedule()
     assert sorted(sent_ids(p)) == ["m-0", "m-1", "m-2"]
-    overdue = [e for e in p.delayed() if json.loads(e.body)["id"] in ("m-0", "m-1")]
-    assert [e.delay_seconds for e in overdue] == [0, 0]
+    assert [d for i, d in sent(p) if i in ("m-0", "m-1")] == [0, 0]
     assert result.lag_seconds == 0
 
 
-def test_cancelled_messages_are_not_queued(p: Pipeline) -> None:
+def test_a_cancelled_long_message_is_queued_but_never_emitted(p: Pipeline) -> None:
     store_due_in(p, 3600, 3600)
     p.ingest(kafka_event(kafka_record(offset=9, cancel="m-1")))
     p.clock.now_ms = NOW_MS + 3600_000 - 60_000
-    result = p.schedule()
-    assert sent_ids(p) == ["m-0"]
-    assert result.skipped_cancelled == 1
+    p.schedule()
+    assert sorted(sent_ids(p)) == ["m-0", "m-1"]  # the scheduler reads no cancel markers
+    delivered = p.deliver_released()
+    assert emitted_ids(p) == ["m-0"]
+    assert delivered.cancelled == 1
+
+
+def test_a_cancel_that_arrives_after_scheduling_still_wins(p: Pipeline) -> None:
+    store_due_in(p, 3600)
+    p.clock.now_ms = NOW_MS + 3600_000 - 60_000
+    p.schedule()
+    p.ingest(kafka_event(kafka_record(offset=9, cancel="m-0")))
+    assert p.deliver_released().cancelled == 1
+    assert emitted_ids(p) == []
+
+
+def test_the_scheduler_reads_no_cancel_markers(p: Pipeline) -> None:
+    store_due_in(p, 3600, 3600)
+    p.ingest(kafka_event(kafka_record(offset=9, cancel="m-1")))
+    proxy = ClientProxy(p.aws.dynamodb, batch_get_item=p.aws.dynamodb.batch_get_item)
+    p.clock.now_ms = NOW_MS + 3600_000 - 60_000
+    with_store(p, proxy).schedule()
+    assert proxy.calls == []
 
 
 def test_a_crash_mid_run_loses_nothing_and_resends_at_most_one_second(p: Pipeline) -> None:
@@ -96,7 +147,7 @@ def test_a_crash_mid_run_loses_nothing_and_resends_at_most_one_second(p: Pipelin
 def test_a_failed_batch_entry_is_resent_alone(p: Pipeline) -> None:
     store_due_in(p, 3600, 3600, 3600)
     p.clock.now_ms = NOW_MS + 3600_000 - 60_000
-    p.sqs.fail_ids_once = {"1"}
+    p.sqs.fail_ids_once = {"0"}
     p.schedule()
     assert sorted(sent_ids(p)) == ["m-0", "m-1", "m-2"]
 
@@ -116,18 +167,20 @@ def test_a_scheduler_that_lost_the_race_stops_without_error(p: Pipeline) -> None
     p.clock.now_ms = NOW_MS + 3600_000 - 60_000
     start = buckets.due_second(p.clock()) - 1
     p.store.advance_watermark(None, start, NOW_MS, p.deadline())
-    real_get = p.store.get_watermark
+    real_read = p.store.read_watermark
 
-    def stale_read(deadline: Deadline) -> int | None:
+    def stale_read(deadline: Deadline) -> Watermark | None:
         """Another scheduler moves the watermark between our read and our write."""
-        value = real_get(deadline)
-        p.store.advance_watermark(value, start + 5000, NOW_MS, deadline)
-        return value
+        mark = real_read(deadline)
+        p.store.advance_watermark(start, start + 5000, NOW_MS, deadline)
+        return mark
 
-    p.store.get_watermark = stale_read  # type: ignore[method-assign]
+    p.store.read_watermark = stale_read  # type: ignore[method-assign]
     result = p.schedule()
     assert result.conflict
-    assert real_get(p.deadline()) == start + 5000
+    after = real_read(p.deadline())
+    assert after is not None
+    assert after.second == start + 5000
 
 
 def test_the_timer_sends_one_tick_per_period(p: Pipeline) -> None:

@@ -94,7 +94,7 @@ def _messages(n: int, pk_second: int = 1_795_249_000) -> list[dict[str, Any]]:
     items = []
     for i in range(n):
         request = delay_request(delay_id=f"id-{i:04d}", due_ms=pk_second * 1000 + i)
-        item = message_item(request, 1, 86_400, NOW_MS)
+        item = message_item(request, 1, 86_400)
         if i % 3 == 0:  # expired: TTL has not removed it yet
             item["expires_at"] = {"N": str(NOW_MS // 1000 - 10)}
         items.append(item)

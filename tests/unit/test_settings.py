@@ -19,7 +19,7 @@ DOCUMENTED_DEFAULT = re.compile(r"^\| `(DELAYQ_\w+)` \| `?([\w.]+)`? \|", re.MUL
 def test_defaults_are_the_documented_ones() -> None:
     table = DOCUMENTED_DEFAULT.findall((ROOT / "docs" / "internals.md").read_text())
     documented = {var: value for var, value in table if value != "empty"}
-    assert len(documented) == 13  # the numeric defaults and the Kafka security mode
+    assert len(documented) == 16  # the numeric defaults and the Kafka security mode
     assert Settings.from_env(documented) == Settings()
 
 
@@ -47,6 +47,7 @@ def test_from_env_reads_every_variable_with_its_type() -> None:
         "DELAYQ_KAFKA_CA_LOCATION": "/etc/ca.pem",
         "DELAYQ_KAFKA_TIMEOUT_SECONDS": "2.5",
         "DELAYQ_STATS_FLUSH_MESSAGES": "1",
+        "DELAYQ_SCHEDULER_PAGE_ITEMS": "25",
         "AWS_REGION": "eu-west-1",
     }
     assert Settings.from_env(env) == Settings(
@@ -72,6 +73,7 @@ def test_from_env_reads_every_variable_with_its_type() -> None:
         kafka_ca_location="/etc/ca.pem",
         kafka_timeout_seconds=2.5,
         stats_flush_messages=1,
+        scheduler_page_items=25,
         region="eu-west-1",
     )
 
@@ -120,6 +122,7 @@ def test_a_variable_that_is_not_a_number_names_itself(var: str, raw: str) -> Non
         ({"tick_seconds": 0}, "tick_seconds must be > 0"),
         ({"shards": 0}, "shards must be >= 1"),
         ({"stats_flush_messages": 0}, "stats_flush_messages must be >= 1"),
+        ({"scheduler_page_items": 0}, "scheduler_page_items must be >= 1"),
         ({"max_delay_seconds": 0}, "max_delay_seconds must be >= 1"),
         ({"offload_threshold_bytes": 0}, "payload limits must be >= 1"),
         ({"max_payload_bytes": 0}, "payload limits must be >= 1"),

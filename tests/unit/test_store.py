@@ -12,7 +12,7 @@ from delayq.contract import DelayRequest
 from delayq.exceptions import RetriesExhaustedError, StoreError, WatermarkConflictError
 from delayq.retry import Deadline
 from delayq.settings import Settings
-from delayq.store import MessageStore, cancel_key, message_item, request_from_item
+from delayq.store import MessageStore, Watermark, cancel_key, message_item, request_from_item
 from tests.factories import (
     NOW_MS,
     AwsResources,
@@ -55,8 +55,17 @@ def requests(count: int, due_ms: int = DUE_MS) -> list[DelayRequest]:
     return [delay_request(delay_id=f"order-{i}", due_ms=due_ms) for i in range(count)]
 
 
-def query_one(store: MessageStore, second: int, now_ms: int) -> list[DelayRequest]:
-    return store.query_seconds([second], now_ms, deadline())[second]
+def query_one(store: MessageStore, second: int, now_ms: int, shards: int = 4) -> list[DelayRequest]:
+    """Every message of one due-second, page after page of every shard."""
+    found: list[DelayRequest] = []
+    starts: list[tuple[str, str | None]] = [
+        (pk, None) for pk in buckets.bucket_keys(second, shards)
+    ]
+    while starts:
+        pages = store.query_pages(starts, 100, now_ms, deadline())
+        found += [m for page in pages for m in page.messages]
+        starts = [(page.pk, page.last_key) for page in pages if page.last_key is not None]
+    return found
 
 
 def sorted_by_id(found: list[DelayRequest]) -> list[DelayRequest]:
@@ -93,7 +102,7 @@ def test_message_item_has_the_documented_layout() -> None:
     request = delay_request(
         delay_id="order-1", key=b"k", value=b"vv", headers=(("h", b"1"),), due_ms=DUE_MS
     )
-    item = message_item(request, shards=4, ttl_grace_seconds=600, now_ms=NOW_MS)
+    item = message_item(request, shards=4, ttl_grace_seconds=600)
     assert item == {
         "pk": {"S": f"{DUE_S}#3"},  # crc32("order-1") % 4 == 3
         "sk": {"S": "order-1"},
@@ -105,13 +114,12 @@ def test_message_item_has_the_documented_layout() -> None:
         "headers": {"S": '[["h","MQ=="]]'},
         "src": {"S": "delay-requests-0-0"},
         "size": {"N": "5"},
-        "ingested_ms": {"N": str(NOW_MS)},
         "expires_at": {"N": str(DUE_S + 1 + 600)},
     }
 
 
 def test_request_from_a_stream_image_decodes_base64_binaries() -> None:
-    item = message_item(delay_request(key=b"\x00k", value=b"\xffv"), 4, 600, NOW_MS)
+    item = message_item(delay_request(key=b"\x00k", value=b"\xffv"), 4, 600)
     image = {
         **item,
         "key": {"B": base64.b64encode(b"\x00k").decode()},
@@ -148,38 +156,53 @@ def test_an_empty_second_queries_to_nothing(store: MessageStore) -> None:
     assert query_one(store, DUE_S, NOW_MS) == []
 
 
-def test_query_seconds_groups_messages_by_second_and_lists_empty_ones(
-    store: MessageStore,
+def test_query_pages_reads_one_page_of_each_partition_in_the_order_asked(
+    aws: AwsResources,
 ) -> None:
-    store.put_messages(
-        [
-            delay_request(delay_id="a", due_ms=DUE_S * 1000),
-            delay_request(delay_id="b", due_ms=(DUE_S + 2) * 1000 + 10),
-            delay_request(delay_id="c", due_ms=(DUE_S + 2) * 1000 + 20),
-        ],
-        NOW_MS,
-        deadline(),
-    )
-    found = store.query_seconds(range(DUE_S, DUE_S + 3), NOW_MS, deadline())
-    assert {second: sorted(r.delay_id for r in rs) for second, rs in found.items()} == {
-        DUE_S: ["a"],
-        DUE_S + 1: [],
-        DUE_S + 2: ["b", "c"],
-    }
-
-
-def test_query_seconds_reads_every_shard_of_every_second(aws: AwsResources) -> None:
     proxy = ClientProxy(aws.dynamodb, query=aws.dynamodb.query)
     store = make_store(proxy, aws.settings)
-    store.query_seconds([DUE_S, DUE_S + 1], NOW_MS, deadline())
-    asked = {kw["ExpressionAttributeValues"][":pk"]["S"] for _, kw in proxy.calls}
-    assert asked == {f"{s}#{shard}" for s in (DUE_S, DUE_S + 1) for shard in range(4)}
+    store.put_messages(requests(40), NOW_MS, deadline())
+    starts: list[tuple[str, str | None]] = [
+        (f"{DUE_S}#3", None),
+        (f"{DUE_S + 1}#0", None),
+        (f"{DUE_S}#0", None),
+    ]
+    pages = store.query_pages(starts, 2, NOW_MS, deadline())
+    assert [p.pk for p in pages] == [f"{DUE_S}#3", f"{DUE_S + 1}#0", f"{DUE_S}#0"]
+    assert [len(p.messages) for p in pages] == [2, 0, 2]
+    assert pages[1].last_key is None
+    assert pages[0].last_key == max(r.delay_id for r in pages[0].messages)
+    assert {kw["Limit"] for _, kw in proxy.calls} == {2}
 
 
-def test_query_seconds_of_no_seconds_asks_nothing(aws: AwsResources) -> None:
+def test_query_pages_reads_on_after_the_key_given(store: MessageStore) -> None:
+    store.put_messages(requests(40), NOW_MS, deadline())
+    pk = f"{DUE_S}#0"
+    whole = store.query_pages([(pk, None)], 100, NOW_MS, deadline())[0]
+    assert whole.last_key is None
+    ids = [r.delay_id for r in whole.messages]
+    assert ids == sorted(ids)
+    rest = store.query_pages([(pk, ids[1])], 100, NOW_MS, deadline())[0]
+    assert [r.delay_id for r in rest.messages] == ids[2:]
+
+
+def test_query_pages_of_nothing_asks_nothing(aws: AwsResources) -> None:
     proxy = ClientProxy(aws.dynamodb, query=aws.dynamodb.query)
-    assert make_store(proxy, aws.settings).query_seconds([], NOW_MS, deadline()) == {}
+    assert make_store(proxy, aws.settings).query_pages([], 10, NOW_MS, deadline()) == []
     assert proxy.calls == []
+
+
+def test_an_expired_item_still_counts_towards_the_page(aws: AwsResources) -> None:
+    store = make_store(aws.dynamodb, aws.settings.with_overrides(shards=1), ttl_grace_seconds=10)
+    store.put_messages([delay_request(delay_id="b-live", due_ms=NOW_MS)], NOW_MS, deadline())
+    # The same due-second, but expired (TTL in the past) and not deleted yet.
+    expired = message_item(delay_request(delay_id="a-expired", due_ms=NOW_MS), 1, -100)
+    aws.dynamodb.put_item(TableName=aws.settings.table_name, Item=expired)
+    pk = buckets.bucket_key(NOW_MS // 1000, 0)
+    first = store.query_pages([(pk, None)], 1, NOW_MS, deadline())[0]
+    assert (first.messages, first.last_key) == ([], "a-expired")
+    second = store.query_pages([(pk, first.last_key)], 1, NOW_MS, deadline())[0]
+    assert [r.delay_id for r in second.messages] == ["b-live"]
 
 
 @pytest.mark.parametrize(("after_expiry_ms", "found"), [(-1, 1), (0, 0), (5000, 0)])
@@ -193,14 +216,14 @@ def test_expired_items_are_filtered_out_by_the_query(
     assert len(query_one(store, NOW_MS // 1000, now_ms)) == found
 
 
-def test_query_follows_every_page(aws: AwsResources) -> None:
+def test_query_one_follows_every_page(aws: AwsResources) -> None:
     def query(**kwargs: Any) -> Any:
-        return aws.dynamodb.query(**kwargs, Limit=1)
+        return aws.dynamodb.query(**{**kwargs, "Limit": 1})
 
     proxy = ClientProxy(aws.dynamodb, query=query)
     store = make_store(proxy, aws.settings.with_overrides(shards=1))
     store.put_messages(requests(3), NOW_MS, deadline())
-    assert len(query_one(store, DUE_S, NOW_MS)) == 3
+    assert len(query_one(store, DUE_S, NOW_MS, shards=1)) == 3
     assert len(proxy.calls) >= 3
 
 
@@ -422,22 +445,107 @@ def test_the_watermark_advances_from_none_then_from_its_value(store: MessageStor
 
 
 def test_the_watermark_item_records_when_it_moved(store: MessageStore, aws: AwsResources) -> None:
-    store.advance_watermark(None, DUE_S, NOW_MS, deadline())
+    written = store.advance_watermark(None, DUE_S, NOW_MS, deadline())
+    assert written.token is not None
     assert all_items(aws) == [
         {
             "pk": {"S": "meta#watermark"},
             "sk": {"S": "-"},
             "kind": {"S": "watermark"},
             "second": {"N": str(DUE_S)},
+            "cursors": {"M": {}},
+            "token": {"S": written.token},
             "updated_ms": {"N": str(NOW_MS)},
         }
     ]
 
 
+def test_progress_inside_a_second_is_written_and_read_back(store: MessageStore) -> None:
+    start = store.advance_watermark(None, DUE_S - 1, NOW_MS, deadline())
+    cursors = {f"{DUE_S}#0": "order-7", f"{DUE_S}#3": "order-9"}
+    written = store.write_watermark(start, Watermark(DUE_S - 1, cursors), NOW_MS, deadline())
+    assert written.token not in (None, start.token)
+    assert (
+        store.read_watermark(deadline()) == written == Watermark(DUE_S - 1, cursors, written.token)
+    )
+
+
+def test_moving_past_a_second_clears_its_progress(store: MessageStore) -> None:
+    start = store.advance_watermark(None, DUE_S - 1, NOW_MS, deadline())
+    inside = store.write_watermark(
+        start, Watermark(DUE_S - 1, {f"{DUE_S}#0": "order-7"}), NOW_MS, deadline()
+    )
+    store.write_watermark(inside, Watermark(DUE_S), NOW_MS, deadline())
+    found = store.read_watermark(deadline())
+    assert found is not None
+    assert (found.second, found.cursors) == (DUE_S, {})
+
+
+def test_progress_from_a_stale_token_is_a_conflict(store: MessageStore) -> None:
+    start = store.advance_watermark(None, DUE_S - 1, NOW_MS, deadline())
+    theirs = store.write_watermark(
+        start, Watermark(DUE_S - 1, {f"{DUE_S}#0": "order-7"}), NOW_MS, deadline()
+    )
+    with pytest.raises(WatermarkConflictError, match="another scheduler"):
+        store.write_watermark(
+            start, Watermark(DUE_S - 1, {f"{DUE_S}#0": "order-3"}), NOW_MS, deadline()
+        )
+    assert store.read_watermark(deadline()) == theirs
+
+
+def test_moving_past_seconds_needs_only_the_second_it_read(store: MessageStore) -> None:
+    """Whoever moves past a second sent all of it from the progress it read: cursors that
+    another run recorded since mark messages it sent too."""
+    start = store.advance_watermark(None, DUE_S - 1, NOW_MS, deadline())
+    store.write_watermark(
+        start, Watermark(DUE_S - 1, {f"{DUE_S}#0": "order-7"}), NOW_MS, deadline()
+    )
+    store.write_watermark(start, Watermark(DUE_S), NOW_MS, deadline())
+    assert store.get_watermark(deadline()) == DUE_S
+
+
+def test_cursors_of_another_second_mean_no_progress(store: MessageStore, aws: AwsResources) -> None:
+    """An older scheduler moved the second without clearing the cursors (and wrote no token)."""
+    aws.dynamodb.put_item(
+        TableName=aws.settings.table_name,
+        Item={
+            "pk": {"S": "meta#watermark"},
+            "sk": {"S": "-"},
+            "kind": {"S": "watermark"},
+            "second": {"N": str(DUE_S + 5)},
+            "cursors": {"M": {f"{DUE_S}#0": {"S": "order-7"}}},
+        },
+    )
+    assert store.read_watermark(deadline()) == Watermark(DUE_S + 5, {}, None)
+
+
+def test_an_item_without_a_token_is_written_by_its_second(
+    store: MessageStore, aws: AwsResources
+) -> None:
+    """As an older scheduler left it: no cursors, no token."""
+    aws.dynamodb.put_item(
+        TableName=aws.settings.table_name,
+        Item={
+            "pk": {"S": "meta#watermark"},
+            "sk": {"S": "-"},
+            "kind": {"S": "watermark"},
+            "second": {"N": str(DUE_S)},
+        },
+    )
+    legacy = store.read_watermark(deadline())
+    assert legacy == Watermark(DUE_S, {}, None)
+    with pytest.raises(WatermarkConflictError):
+        store.write_watermark(Watermark(DUE_S - 1), Watermark(DUE_S - 1, {}), NOW_MS, deadline())
+    written = store.write_watermark(
+        legacy, Watermark(DUE_S, {f"{DUE_S + 1}#2": "order-1"}), NOW_MS, deadline()
+    )
+    assert store.read_watermark(deadline()) == written
+
+
 def test_advancing_from_a_stale_value_is_a_conflict(store: MessageStore) -> None:
     store.advance_watermark(None, DUE_S, NOW_MS, deadline())
     store.advance_watermark(DUE_S, DUE_S + 10, NOW_MS, deadline())
-    with pytest.raises(WatermarkConflictError, match=f"no longer {DUE_S}"):
+    with pytest.raises(WatermarkConflictError, match=f"no longer {DUE_S} as read"):
         store.advance_watermark(DUE_S, DUE_S + 5, NOW_MS, deadline())
     assert store.get_watermark(deadline()) == DUE_S + 10
 
@@ -463,5 +571,5 @@ def test_a_throttled_watermark_read_is_retried(aws: AwsResources) -> None:
 
 
 def test_shard_count_decides_the_partition_of_a_message() -> None:
-    item = message_item(delay_request(delay_id="order-2", due_ms=DUE_MS), 16, 0, NOW_MS)
+    item = message_item(delay_request(delay_id="order-2", due_ms=DUE_MS), 16, 0)
     assert item["pk"]["S"] == buckets.bucket_key(DUE_S, 5)

@@ -127,21 +127,21 @@ def schedule_result(**overrides: Any) -> ScheduleResult:
         "watermark_after": 1830,
         "seconds_scanned": 830,
         "sent": 12,
-        "skipped_cancelled": 2,
+        "checkpoints": 2,
         "target_second": 1840,
     }
     values.update(overrides)
     return ScheduleResult(**values)
 
 
-def test_report_schedule_emits_sent_scanned_skipped_and_lag(
+def test_report_schedule_emits_sent_scanned_checkpoints_and_lag(
     metrics: Metrics, logger: Logger
 ) -> None:
     telemetry.report_schedule(metrics, logger, schedule_result())
     assert emitted(metrics) == {
         "SchedulerSent": ("Count", [12.0]),
         "SchedulerSecondsScanned": ("Count", [830.0]),
-        "SchedulerSkippedCancelled": ("Count", [2.0]),
+        "SchedulerCheckpoints": ("Count", [2.0]),
         "WatermarkLagSeconds": ("Seconds", [10.0]),
     }
 
@@ -157,7 +157,7 @@ def test_report_schedule_returns_the_run_summary(metrics: Metrics, logger: Logge
         "watermark_after": 1830,
         "seconds_scanned": 830,
         "sent": 12,
-        "skipped_cancelled": 2,
+        "checkpoints": 2,
         "stopped_early": False,
         "conflict": False,
     }
@@ -197,6 +197,7 @@ def emit_result() -> EmitResult:
         ],
         cancelled=1,
         redelayed=1,
+        requeued=4,
         rejected=2,
         errors=["order-3: kafka: timed out", "order-4: re-delay failed: x"],
     )
@@ -220,6 +221,7 @@ def test_report_emit_emits_counts_and_one_lateness_value_per_delivery(
         "Emitted": ("Count", [3.0]),
         "EmitCancelled": ("Count", [1.0]),
         "EmitRedelayed": ("Count", [1.0]),
+        "EmitRequeued": ("Count", [4.0]),
         "EmitRejected": ("Count", [2.0]),
         "EmitFailed": ("Count", [2.0]),
         "LatenessMs": ("Milliseconds", [12.0, 0.0, 480.0]),

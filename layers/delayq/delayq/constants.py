@@ -27,6 +27,9 @@ ENV_KAFKA_SECRET_ARN: Final = "DELAYQ_KAFKA_SECRET_ARN"  # noqa: S105 -- a varia
 ENV_KAFKA_CA_LOCATION: Final = "DELAYQ_KAFKA_CA_LOCATION"
 ENV_KAFKA_TIMEOUT_SECONDS: Final = "DELAYQ_KAFKA_TIMEOUT_SECONDS"
 ENV_STATS_FLUSH_MESSAGES: Final = "DELAYQ_STATS_FLUSH_MESSAGES"
+ENV_SCHEDULER_PAGE_ITEMS: Final = "DELAYQ_SCHEDULER_PAGE_ITEMS"
+ENV_BUNDLE_MAX_BYTES: Final = "DELAYQ_BUNDLE_MAX_BYTES"
+ENV_BUNDLE_MAX_MESSAGES: Final = "DELAYQ_BUNDLE_MAX_MESSAGES"
 ENV_AWS_REGION: Final = "AWS_REGION"
 
 # Control headers of the message contract (lower-case; matched case-insensitively).
@@ -57,6 +60,24 @@ DEFAULT_KAFKA_TIMEOUT_SECONDS: Final = 10.0
 # Write the delivery statistics once this many deliveries are buffered (or the minute is over):
 # at most 0.1 extra writes per delivered message.
 DEFAULT_STATS_FLUSH_MESSAGES: Final = 10
+# Items per scheduler Query page (one shard of one due-second): the scheduler sends a page before
+# it reads the next, and re-sends at most one page per shard after a crash. 16 shards x 250
+# items is 4,000 messages between two progress writes.
+DEFAULT_SCHEDULER_PAGE_ITEMS: Final = 250
+# Delay-queue bundles (docs/internals.md): requests sharing a DelaySeconds travel as one SQS
+# message of at most this many bytes (SQS bills a request per 64 KiB chunk: one chunk) and
+# this many messages. A batch of 100 bundles is then at most 10,000 messages for one emitter
+# invocation (about 1.2 s of CPU at 256 MB, bench/cpu.py), well within its 30 s timeout.
+DEFAULT_BUNDLE_MAX_BYTES: Final = 64 * 1024
+DEFAULT_BUNDLE_MAX_MESSAGES: Final = 100
+# The emitter refuses (bad-envelope) a bundle of more entries than this: a forged body must not
+# turn into thousands of rejects or an invocation that cannot finish.
+MAX_BUNDLE_ENTRIES: Final = 1000
+# The emitter stops producing this long before the Kafka flush timeout would overrun its
+# deadline, and sends what it did not produce back to the delay queue.
+EMIT_RESERVE_SECONDS: Final = 2.0
+# Longest back-off before a message whose delivery failed is received again (seconds).
+EMIT_RETRY_MAX_SECONDS: Final = 60
 MAX_ID_LENGTH: Final = 512
 MAX_ID_BYTES: Final = 1024
 # Key and headers stay inline even when the value is offloaded, so they get their own cap.
@@ -70,6 +91,8 @@ SQS_MAX_MESSAGE_BYTES: Final = 256 * 1024
 # The sum of the bodies of one SendMessageBatch call (1 MiB on AWS since 2025; kept at the
 # older 256 KiB, like the message limit, so that every endpoint accepts it).
 SQS_MAX_BATCH_BYTES: Final = 256 * 1024
+# SQS bills one request per 64 KiB chunk of a call's payload.
+SQS_BILLING_CHUNK_BYTES: Final = 64 * 1024
 DYNAMODB_BATCH_WRITE_ITEMS: Final = 25
 DYNAMODB_BATCH_GET_KEYS: Final = 100
 
@@ -77,12 +100,24 @@ DYNAMODB_BATCH_GET_KEYS: Final = 100
 ATTR_PK: Final = "pk"
 ATTR_SK: Final = "sk"
 ATTR_TTL: Final = "expires_at"
+# A message's key and value: plain bytes, or zlib-compressed under the second name when that
+# is smaller (docs/internals.md).
+ATTR_KEY: Final = "key"
+ATTR_KEY_Z: Final = "key_z"
+ATTR_VALUE: Final = "value"
+ATTR_VALUE_Z: Final = "value_z"
+STORE_ZLIB_LEVEL: Final = 6
 KIND_MESSAGE: Final = "msg"
 KIND_CANCEL: Final = "cancel"
 KIND_WATERMARK: Final = "watermark"
 KIND_STATS: Final = "stats"
 WATERMARK_PK: Final = "meta#watermark"
 WATERMARK_SK: Final = "-"
+# Watermark attributes: the last due-second fully sent, the progress inside the next one
+# (partition key -> last sort key sent), and a random token that every write renews.
+ATTR_WATERMARK_SECOND: Final = "second"
+ATTR_WATERMARK_CURSORS: Final = "cursors"
+ATTR_WATERMARK_TOKEN: Final = "token"  # noqa: S105 -- an attribute name
 CANCEL_PK_PREFIX: Final = "cancel#"
 STATS_PK_PREFIX: Final = "stats#"
 

@@ -13,7 +13,7 @@ import dataclasses
 import enum
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
@@ -353,7 +353,7 @@ class Envelope:
         r = self.request
         return json.dumps(
             {
-                "v": 1,
+                "v": ENVELOPE_VERSION,
                 "id": r.delay_id,
                 "target": r.target,
                 "due_ms": r.due_ms,
@@ -368,39 +368,117 @@ class Envelope:
 
     @classmethod
     def decode(cls, body: str) -> Envelope:
-        """Parse an SQS body; raise :class:`EnvelopeError` if it is not ours."""
+        """Parse a single-message (version 1) SQS body; raise :class:`EnvelopeError` if it
+        is not one (a bundle is not: see :func:`decode_body`)."""
         try:
             d = json.loads(body)
-            if d.get("v") != 1:
-                raise EnvelopeError(f"unknown envelope version {d.get('v')!r}")
-            due_ms, ref = d["due_ms"], d.get("payload_ref")
-            if not isinstance(due_ms, int) or isinstance(due_ms, bool):
-                raise EnvelopeError(f"not a delay-queue envelope: due_ms {due_ms!r}")
-            if ref is not None and not isinstance(ref, str):
-                raise EnvelopeError("not a delay-queue envelope: payload_ref")
-            return cls(
-                DelayRequest(
-                    delay_id=_delay_id_of(d),
-                    target=_text(d, "target"),
-                    due_ms=due_ms,
-                    key=_dec(d["key"]),
-                    value=_dec(d["value"]),
-                    headers=tuple((_name(n), _dec(v)) for n, v in d["headers"]),
-                    src=_text(d, "src"),
-                    payload_ref=ref,
-                )
-            )
-        except EnvelopeError:
-            raise
-        except (
-            ValueError,
-            KeyError,
-            TypeError,
-            AttributeError,
-            OverflowError,
-            binascii.Error,
-        ) as e:
+        except ValueError as e:
             raise EnvelopeError(f"not a delay-queue envelope: {e}") from e
+        return cls(_request_of(d))
+
+
+ENVELOPE_VERSION = 1
+BUNDLE_VERSION = 2
+# A bundle body is this prefix, the entries joined by commas, and the suffix: its size is
+# known from the entries' sizes without encoding it again.
+BUNDLE_PREFIX = '{"v":2,"messages":['
+BUNDLE_SUFFIX = "]}"
+
+
+def bundle_bytes(entry_bytes: int, count: int) -> int:
+    """The size of a bundle body holding ``count`` entries of ``entry_bytes`` in total."""
+    return len(BUNDLE_PREFIX) + entry_bytes + max(0, count - 1) + len(BUNDLE_SUFFIX)
+
+
+def encode_bundle(entries: Sequence[str]) -> str:
+    """A bundle body (version 2) of encoded single envelopes (``Envelope.encode``): one SQS
+    message for many requests. One entry is sent as it is: a bundle of one only costs bytes."""
+    if len(entries) == 1:
+        return entries[0]
+    return BUNDLE_PREFIX + ",".join(entries) + BUNDLE_SUFFIX
+
+
+@dataclass(frozen=True)
+class BodyEntry:
+    """One message of a delay-queue body: its request, or why it cannot be delivered.
+
+    ``text`` is the entry as a single-message body of its own (for a bundle entry, the entry
+    re-serialised as compact JSON: byte for byte what the sender encoded). It is what a
+    reject keeps and what a re-send puts back on the delay queue, so a claim-check pointer
+    travels as a pointer, never as the value it points at.
+    """
+
+    text: str
+    request: DelayRequest | None = None
+    error: str = ""
+
+
+def decode_body(body: str) -> list[BodyEntry]:
+    """Every message of a delay-queue body: a single envelope (version 1) or a bundle
+    (version 2). Raises :class:`EnvelopeError` when the body as a whole is not ours; a bad
+    entry of a good bundle comes back with its ``error`` and does not affect the others."""
+    try:
+        d = json.loads(body)
+    except ValueError as e:
+        raise EnvelopeError(f"not a delay-queue envelope: {e}") from e
+    if isinstance(d, Mapping) and d.get("v") == BUNDLE_VERSION:
+        return _bundle_entries(d)
+    return [BodyEntry(body, _request_of(d))]
+
+
+def _bundle_entries(d: Mapping[str, Any]) -> list[BodyEntry]:
+    messages = d.get("messages")
+    if set(d) != {"v", "messages"} or not isinstance(messages, list) or not messages:
+        raise EnvelopeError(
+            "not a delay-queue bundle: expected only 'v' and a non-empty 'messages' list"
+        )
+    if len(messages) > c.MAX_BUNDLE_ENTRIES:
+        raise EnvelopeError(
+            f"not a delay-queue bundle: {len(messages)} entries; at most {c.MAX_BUNDLE_ENTRIES}"
+        )
+    out: list[BodyEntry] = []
+    for index, entry in enumerate(messages):
+        text = json.dumps(entry, separators=(",", ":"))
+        try:
+            if not isinstance(entry, Mapping) or entry.get("v") != ENVELOPE_VERSION:
+                raise EnvelopeError(f"entry {index} is not a version 1 envelope")
+            out.append(BodyEntry(text, _request_of(entry)))
+        except EnvelopeError as e:
+            out.append(BodyEntry(text, error=f"bundle entry {index}: {e}"))
+    return out
+
+
+def _request_of(d: Any) -> DelayRequest:
+    """The request of a decoded version 1 envelope; :class:`EnvelopeError` if it is not one."""
+    try:
+        if d.get("v") != ENVELOPE_VERSION:
+            raise EnvelopeError(f"unknown envelope version {d.get('v')!r}")
+        due_ms, ref = d["due_ms"], d.get("payload_ref")
+        if not isinstance(due_ms, int) or isinstance(due_ms, bool):
+            raise EnvelopeError(f"not a delay-queue envelope: due_ms {due_ms!r}")
+        if ref is not None and not isinstance(ref, str):
+            raise EnvelopeError("not a delay-queue envelope: payload_ref")
+        return DelayRequest(
+            delay_id=_delay_id_of(d),
+            target=_text(d, "target"),
+            due_ms=due_ms,
+            key=_dec(d["key"]),
+            value=_dec(d["value"]),
+            headers=tuple((_name(n), _dec(v)) for n, v in d["headers"]),
+            src=_text(d, "src"),
+            payload_ref=ref,
+        )
+    except EnvelopeError:
+        raise
+    except (
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        OverflowError,
+        binascii.Error,
+    ) as e:
+        raise EnvelopeError(f"not a delay-queue envelope: {e}") from e
 
 
 def _text(d: Mapping[str, Any], name: str) -> str:

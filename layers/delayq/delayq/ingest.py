@@ -110,10 +110,13 @@ def ingest_batch(
         services.store.put_messages(to_store, now_ms, deadline)
         result.stored = len(to_store)
         # Guard against a scheduler that passed these seconds while we were writing
-        # (clock skew, slow retries): anything at or below the watermark is queued as well.
-        watermark = services.store.get_watermark(deadline)
-        if watermark is not None:
-            behind = [r for r in to_store if buckets.due_second(r.due_ms) <= watermark]
+        # (clock skew, slow retries): anything at or below the watermark is queued as well,
+        # and so is anything in the second it is working through (its cursors may be past
+        # our sort keys).
+        mark = services.store.read_watermark(deadline)
+        if mark is not None:
+            last = mark.second + 1 if mark.cursors else mark.second
+            behind = [r for r in to_store if buckets.due_second(r.due_ms) <= last]
             to_queue.extend(behind)
             result.rescued = len(behind)
     if to_queue:
@@ -129,7 +132,7 @@ def cancel(
 ) -> None:
     """Cancel pending messages by id (the layer function behind ``delay-cancel`` records).
 
-    The scheduler skips cancelled ids and the emitter drops them: a cancel written before the
-    emitter reads the message's batch always wins.
+    The emitter reads the markers of every batch it receives and drops cancelled ids: a
+    cancel written before the emitter reads the message's batch always wins.
     """
     store.put_cancels(list(delay_ids), clock(), deadline)

@@ -16,7 +16,7 @@ from botocore.exceptions import ClientError
 
 from delayq import buckets
 from delayq import constants as c
-from delayq.contract import DelayRequest, Envelope, Rejection
+from delayq.contract import DelayRequest, Envelope, Rejection, bundle_bytes, encode_bundle
 from delayq.exceptions import QueueError
 from delayq.payloads import PayloadStore
 from delayq.retry import Backoff, Deadline, is_retryable, retry_call, retry_partial
@@ -114,22 +114,67 @@ def _batches(entries: Sequence[Outgoing]) -> Iterator[list[Outgoing]]:
 
 
 class DelayQueue:
-    """The SQS standard queue where a message waits its last (at most 15) minutes."""
+    """The SQS standard queue where a message waits its last (at most 15) minutes.
 
-    def __init__(self, queue: SqsQueue, lead_ms: int) -> None:
+    Requests that get the same DelaySeconds travel together: bundles (``docs/internals.md``)
+    of at most ``bundle_max_bytes`` (default: one 64 KiB billing chunk) and
+    ``bundle_max_messages``. A request larger than a bundle goes alone, as a single envelope.
+    """
+
+    def __init__(
+        self,
+        queue: SqsQueue,
+        lead_ms: int,
+        *,
+        bundle_max_bytes: int = c.DEFAULT_BUNDLE_MAX_BYTES,
+        bundle_max_messages: int = c.DEFAULT_BUNDLE_MAX_MESSAGES,
+    ) -> None:
         self.queue = queue
         self._lead_ms = lead_ms
+        self._max_bytes = bundle_max_bytes
+        self._max_messages = max(1, bundle_max_messages)
+
+    def delay_seconds(self, due_ms: int, now_ms: int) -> int:
+        """DelaySeconds rounded down, so that SQS releases at or before due (minus the
+        emitter's lead); the emitter holds the message the rest of the way."""
+        return buckets.queue_delay_seconds(due_ms, now_ms, self._lead_ms)
 
     def send(self, requests: Sequence[DelayRequest], now_ms: int, deadline: Deadline) -> None:
-        """Queue each request with DelaySeconds rounded down, so it is released at or before
-        due (minus the emitter's lead); the emitter holds it the rest of the way."""
-        entries = [
-            Outgoing(
-                Envelope(r).encode(), buckets.queue_delay_seconds(r.due_ms, now_ms, self._lead_ms)
-            )
-            for r in requests
+        """Queue each request, released at or before its due time, in bundles."""
+        self.send_encoded(
+            [(self.delay_seconds(r.due_ms, now_ms), Envelope(r).encode()) for r in requests],
+            deadline,
+        )
+
+    def send_encoded(self, entries: Sequence[tuple[int, str]], deadline: Deadline) -> None:
+        """Queue encoded single envelopes, each with its DelaySeconds, bundled by DelaySeconds.
+        A failed SendMessageBatch entry is a whole bundle: it is sent again whole."""
+        groups: dict[int, list[str]] = {}
+        for delay_seconds, text in entries:
+            groups.setdefault(delay_seconds, []).append(text)
+        outgoing = [
+            Outgoing(body, delay_seconds)
+            for delay_seconds, texts in groups.items()
+            for body in self._bundles(texts)
         ]
-        self.queue.send("send to delay queue", entries, deadline)
+        self.queue.send("send to delay queue", outgoing, deadline)
+
+    def _bundles(self, texts: Sequence[str]) -> Iterator[str]:
+        """Consecutive entries packed under both bundle caps (encoded envelopes are ASCII:
+        characters are bytes)."""
+        bundle: list[str] = []
+        size = 0
+        for text in texts:
+            if bundle and (
+                len(bundle) == self._max_messages
+                or bundle_bytes(size + len(text), len(bundle) + 1) > self._max_bytes
+            ):
+                yield encode_bundle(bundle)
+                bundle, size = [], 0
+            bundle.append(text)
+            size += len(text)
+        if bundle:
+            yield encode_bundle(bundle)
 
 
 class TickQueue:

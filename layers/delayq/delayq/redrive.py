@@ -3,9 +3,10 @@
 Two sources (:class:`RedriveSource`):
 
 ``delay-dlq``
-    The delay queue's dead-letter queue: envelopes the emitter failed to deliver ten times
-    (the target cluster was down, a payload could not be read...). Each goes back to the
-    delay queue, delayed until its due time (at once when it is already due).
+    The delay queue's dead-letter queue: envelopes and bundles the emitter failed to deliver
+    ten times (the target cluster was down, a payload could not be read...). Every message
+    goes back to the delay queue, delayed until its due time (at once when it is already due),
+    bundled again by DelaySeconds. A bundle with an entry that is not ours stays whole.
 ``rejects``
     The reject queue: records ingest refused, with the original record inline or in S3
     (``record_ref``). They are ingested again under the current settings (after the
@@ -36,7 +37,7 @@ from botocore.exceptions import ClientError
 from delayq import constants as c
 from delayq import runtime
 from delayq.clock import Clock, Sleep, system_clock
-from delayq.contract import DelayRequest, Envelope, Reason, Rejection
+from delayq.contract import BodyEntry, Reason, Rejection, decode_body
 from delayq.exceptions import ConfigurationError, DelayQueueError, EnvelopeError, QueueError
 from delayq.ingest import IngestServices, ingest_batch, parse_batch
 from delayq.payloads import parse_ref
@@ -81,7 +82,7 @@ class RedriveReport:
 
     @property
     def handled(self) -> int:
-        """Messages taken from the source and dealt with (what ``limit`` counts)."""
+        """Delay messages taken from the source and dealt with (a bundle counts each)."""
         return self.moved + self.still_rejected + self.failed
 
     def as_dict(self) -> dict[str, Any]:
@@ -289,7 +290,8 @@ def redrive(
     clock: Clock = system_clock,
     sleep: Sleep = time.sleep,
 ) -> RedriveReport:
-    """Move up to ``limit`` messages (default: all) out of a dead-letter queue.
+    """Move up to ``limit`` source messages (default: all) out of a dead-letter queue; a
+    bundle is one source message, and the report counts each delay message in it.
 
     ``source_url`` defaults to ``settings.reject_queue_url`` for ``rejects``; the delay
     queue's dead-letter queue has no setting and must be given. ``rate_per_second`` paces the
@@ -326,8 +328,8 @@ def redrive(
     )
     process = _PROCESS[kind]
     try:
-        while limit is None or run.report.handled < limit:
-            want = batch_size if limit is None else min(batch_size, limit - run.report.handled)
+        while limit is None or run.taken < limit:
+            want = batch_size if limit is None else min(batch_size, limit - run.taken)
             if bucket is not None:
                 bucket.take(want)
             fresh = run.admit(run.source.receive(want, hold_seconds, wait_seconds, run.deadline()))
@@ -335,6 +337,7 @@ def redrive(
                 bucket.give_back(want - len(fresh))
             if not fresh:
                 break
+            run.taken += len(fresh)
             process(run, fresh)
     finally:
         run.release()
@@ -361,6 +364,7 @@ class _Run:
     # Fingerprints of the records this run put back on the reject queue: when a receive
     # brings one of them, it is ours, not a new reject, and is left for a later run.
     ours: set[str] = field(default_factory=set)
+    taken: int = 0  # source messages read and dealt with (what ``limit`` counts)
 
     @property
     def dry_run(self) -> bool:
@@ -379,8 +383,8 @@ class _Run:
                 fresh.append(message)
         return fresh
 
-    def fail(self, message: SourceMessage, error: str) -> None:
-        self.report.failed += 1
+    def fail(self, message: SourceMessage, error: str, count: int = 1) -> None:
+        self.report.failed += count
         self.report.errors.append(f"{message.message_id}: {error}")
 
     def skip(self) -> None:
@@ -403,21 +407,30 @@ class _Run:
 
     # --- destinations -----------------------------------------------------------------
 
-    def requeue(self, ready: Sequence[tuple[SourceMessage, DelayRequest]]) -> None:
-        """Back to the delay queue, delayed until due; deleted from the source after."""
+    def requeue(self, ready: Sequence[tuple[SourceMessage, list[BodyEntry]]]) -> None:
+        """Back to the delay queue, delayed until due; deleted from the source after. The
+        entries travel as they came (a claim-check pointer stays a pointer)."""
         if not ready:
             return
         if not self.dry_run:
+            queue = self.services.ingest.delay_queue
+            now_ms = self.clock()
             try:
-                self.services.ingest.delay_queue.send(
-                    [r for _, r in ready], self.clock(), self.deadline()
+                queue.send_encoded(
+                    [
+                        (queue.delay_seconds(e.request.due_ms, now_ms), e.text)
+                        for _, entries in ready
+                        for e in entries
+                        if e.request is not None
+                    ],
+                    self.deadline(),
                 )
             except DelayQueueError as e:
-                for message, _ in ready:
-                    self.fail(message, f"delay queue refused it: {e}")
+                for message, entries in ready:
+                    self.fail(message, f"delay queue refused it: {e}", len(entries))
                 return
             self.settle([m for m, _ in ready])
-        self.report.moved += len(ready)
+        self.report.moved += sum(len(entries) for _, entries in ready)
 
     def reject(self, rejected: Sequence[tuple[SourceMessage, Rejection]]) -> None:
         """Back to the reject queue with the new reason; deleted from the source after."""
@@ -495,13 +508,20 @@ class _Run:
 
 
 def _dead_letters(run: _Run, batch: Sequence[SourceMessage]) -> None:
-    """Delay-queue envelopes go back to the delay queue; a body that is not one stays."""
-    ready: list[tuple[SourceMessage, DelayRequest]] = []
+    """Delay-queue bodies go back to the delay queue; a body that is not ours, or a bundle
+    holding an entry that is not, stays (with the reason)."""
+    ready: list[tuple[SourceMessage, list[BodyEntry]]] = []
     for message in batch:
         try:
-            ready.append((message, Envelope.decode(message.body).request))
+            entries = decode_body(message.body)
         except EnvelopeError as e:
             run.fail(message, str(e))
+            continue
+        bad = [e.error for e in entries if e.request is None]
+        if bad:
+            run.fail(message, "; ".join(bad), len(entries))
+        else:
+            ready.append((message, entries))
     run.requeue(ready)
 
 
@@ -522,21 +542,32 @@ def _rejects(run: _Run, batch: Sequence[SourceMessage]) -> None:
         else:
             records.append((message, record))
     run.reingest(records)
-    ready: list[tuple[SourceMessage, DelayRequest]] = []
+    ready: list[tuple[SourceMessage, list[BodyEntry]]] = []
     rejected: list[tuple[SourceMessage, Rejection]] = []
     for message, record in envelopes:
         try:
-            request = Envelope.decode(record["body"]).request
+            entries = decode_body(record["body"])
         except EnvelopeError as e:
             rejected.append((message, _envelope_rejection(Reason.BAD_ENVELOPE, str(e), record)))
             continue
-        if run.settings.target_allowed(request.target):
-            ready.append((message, request))
-        else:
-            detail = f"target {request.target!r} is not on the emitter's allow-list"
+        bad = next((e for e in entries if e.request is None), None)
+        off = next(
+            (
+                e.request
+                for e in entries
+                if e.request is not None and not run.settings.target_allowed(e.request.target)
+            ),
+            None,
+        )
+        if bad is not None:
+            rejected.append((message, _envelope_rejection(Reason.BAD_ENVELOPE, bad.error, record)))
+        elif off is not None:
+            detail = f"target {off.target!r} is not on the emitter's allow-list"
             rejected.append(
                 (message, _envelope_rejection(Reason.TARGET_NOT_ALLOWED, detail, record))
             )
+        else:
+            ready.append((message, entries))
     run.requeue(ready)
     run.reject(rejected)
 

@@ -56,7 +56,12 @@ def sqs_queue(settings: Settings, url: str) -> SqsQueue:
 def delay_queue(settings: Settings) -> DelayQueue:
     """The delay queue adapter."""
     settings.require("delay_queue_url")
-    return DelayQueue(sqs_queue(settings, settings.delay_queue_url), settings.emit_lead_ms)
+    return DelayQueue(
+        sqs_queue(settings, settings.delay_queue_url),
+        settings.emit_lead_ms,
+        bundle_max_bytes=settings.bundle_max_bytes,
+        bundle_max_messages=settings.bundle_max_messages,
+    )
 
 
 def reject_queue(settings: Settings, payloads: PayloadStore) -> RejectQueue:

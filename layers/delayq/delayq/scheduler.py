@@ -1,10 +1,39 @@
 """Timer and scheduler: move stored messages into the delay queue as they enter the horizon.
 
-The scheduler is watermark-driven. The watermark (one item, moved by conditional write) is
-the last due-second whose messages were all sent. Each run queues every second after it up to
-now + look-ahead, advancing the watermark after each second that had messages (and once at
-the end for empty seconds). Missed ticks are caught up by the next run; a repeated tick finds
-the window already done; a crash re-sends at most one second's messages (same ``delay-id``).
+The scheduler is watermark-driven. Its progress is one item (:class:`delayq.store.Watermark`),
+moved only by conditional writes: ``second``, the last due-second whose messages were all
+sent, and, while the second after it is in progress, ``cursors``: for each of its unfinished
+shards, the sort key of the last message sent. Each run queues the seconds after the
+watermark up to now + look-ahead.
+
+Reading. The window is read ``QUERY_CHUNK_SECONDS`` seconds at a time: the first Query page
+(``Settings.scheduler_page_items`` items) of every shard of those seconds, in parallel, so
+that catching up empty or light seconds costs one round trip per chunk. A second whose pages
+all end there is sent whole, and the watermark moves past it (one write per second that had
+messages, one at the end of the run for the empty ones). A crowded second goes round by
+round: send the pages read, record the cursors, read the next page of every unfinished shard
+in parallel, and so on. Memory holds one chunk's first pages or one round's pages, whatever
+the size of the second.
+
+Time. Before each read and each send the run checks that the time left (after the handler's
+safety margin, which covers one last watermark write) exceeds its longest step so far. A run
+that stops has recorded everything it sent; the next run resumes after the cursors.
+
+Failures. A crash or a timeout re-sends at most the round in flight (one page per shard, with
+the same ``delay-id``), never the whole second. Missed ticks are caught up by the next run; a
+repeated tick finds the window done. Two runs at once: the loser fails its next conditional
+write (see :meth:`delayq.store.MessageStore.write_watermark`) and stops; nothing is lost.
+
+Why the progress lives on the watermark item rather than on one item per shard: one
+conditional write records every shard of a round, and moving past the second (which clears
+the cursors) is the same write that moves the watermark; per-shard items would need a
+transaction for that, and a write per shard per round. The item holds one sort key per
+unfinished shard: under 1 KB with typical ids, 16 KB at worst (16 shards of 1 KB ids).
+
+Cancel markers are not read here. The emitter reads them for every batch it receives (it
+must: short delays never pass through the store, and a cancel may arrive while a message
+waits in the delay queue), so a cancelled long-delay message costs one SQS send here instead
+of a marker read for every scheduled message.
 
 Stored items are not deleted after scheduling: TTL (due + grace) removes them for free,
 which saves one write per long-delay message, the largest cost line at volume.
@@ -12,19 +41,18 @@ which saves one write per long-delay message, the largest cost line at volume.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from delayq import buckets
 from delayq.clock import Clock
-from delayq.contract import DelayRequest
 from delayq.exceptions import WatermarkConflictError
 from delayq.queues import DelayQueue, TickQueue
 from delayq.retry import Deadline
 from delayq.settings import Settings
-from delayq.store import MessageStore
+from delayq.store import MessageStore, Page, Watermark
 
-# Seconds read per round of parallel queries (x shards partitions).
+# Seconds read per round of parallel first-page queries (x shards partitions).
 QUERY_CHUNK_SECONDS = 8
 
 
@@ -46,7 +74,8 @@ class ScheduleResult:
     watermark_after: int | None = None
     seconds_scanned: int = 0
     sent: int = 0
-    skipped_cancelled: int = 0
+    # Progress writes inside a second (each one after a round of a crowded second).
+    checkpoints: int = 0
     stopped_early: bool = False
     conflict: bool = False
     target_second: int = 0
@@ -65,51 +94,112 @@ def run_scheduler(
     clock: Clock,
     deadline: Deadline,
 ) -> ScheduleResult:
-    """Queue every stored message due from the watermark to now + look-ahead."""
+    """Queue every stored message due from the watermark (and its cursors) to now +
+    look-ahead, recording progress as it goes."""
     now_ms = clock()
-    stored = store.get_watermark(deadline)
+    mark = store.read_watermark(deadline)
     # First run ever: nothing can be stored below now + horizon, so start just before now.
-    start = stored if stored is not None else buckets.due_second(now_ms) - 1
+    start = mark.second if mark is not None else buckets.due_second(now_ms) - 1
     window = buckets.scheduling_window(start, now_ms, settings.lookahead_seconds)
+    before = None if mark is None else mark.second
     result = ScheduleResult(
-        watermark_before=stored, watermark_after=stored, target_second=window.stop - 1
+        watermark_before=before, watermark_after=before, target_second=window.stop - 1
     )
-    written, reached = stored, start
+    run = _Run(settings, store, delay_queue, clock, deadline, result, mark, now_ms)
     try:
-        for second, messages in _due_messages(store, window, clock, deadline):
-            if deadline.expired():
-                break
-            result.seconds_scanned += 1
-            if messages:
-                cancelled = store.cancelled([m.delay_id for m in messages], deadline)
-                live = [m for m in messages if m.delay_id not in cancelled]
-                if live:
-                    delay_queue.send(live, clock(), deadline)
-                result.sent += len(live)
-                result.skipped_cancelled += len(messages) - len(live)
-                store.advance_watermark(written, second, clock(), deadline)
-                written = second
-            reached = second
-        result.stopped_early = reached < result.target_second
-        if reached != written:
-            store.advance_watermark(written, reached, clock(), deadline)
-            written = reached
+        run.schedule(window)
     except WatermarkConflictError:
         # Another run got ahead of us; it owns the window now. Nothing is lost: whatever we
         # sent is also the other run's to send (duplicates carry the same delay-id).
         result.conflict = True
-    result.watermark_after = written
+    result.watermark_after = None if run.mark is None else run.mark.second
     return result
 
 
-def _due_messages(
-    store: MessageStore, window: range, clock: Clock, deadline: Deadline
-) -> Iterator[tuple[int, list[DelayRequest]]]:
-    """The window's seconds in order with their messages, read ``QUERY_CHUNK_SECONDS`` at a
-    time so that catching up after an outage is not one round trip per second."""
-    for start in range(window.start, window.stop, QUERY_CHUNK_SECONDS):
-        if deadline.expired():
-            return
-        chunk = range(start, min(start + QUERY_CHUNK_SECONDS, window.stop))
-        found = store.query_seconds(chunk, clock(), deadline)
-        yield from ((second, found[second]) for second in chunk)
+@dataclass
+class _Run:
+    """One scheduler invocation: its adapters, its progress as last written, its timing."""
+
+    settings: Settings
+    store: MessageStore
+    delay_queue: DelayQueue
+    clock: Clock
+    deadline: Deadline
+    result: ScheduleResult
+    mark: Watermark | None
+    step_started_ms: int
+    longest_step_ms: int = 0
+
+    def schedule(self, window: range) -> None:
+        """Send the window's seconds in order until done, out of time, or overtaken."""
+        done = window.start - 1
+        for second, pages in self._first_pages(window):
+            if not (self._time_left() and self._finish(second, pages)):
+                break
+            done = second
+        self.result.stopped_early = done < self.result.target_second
+        # Empty seconds are passed in one write at the end.
+        if self.mark is None or self.mark.second < done:
+            self._write(done, {})
+
+    def _first_pages(self, window: range) -> Iterator[tuple[int, list[Page]]]:
+        """The window's seconds in order with the first page of each shard still to read,
+        read ``QUERY_CHUNK_SECONDS`` seconds at a time (lazily: a run that stops reads no
+        further)."""
+        for first in range(window.start, window.stop, QUERY_CHUNK_SECONDS):
+            if not self._time_left():
+                return
+            chunk = range(first, min(first + QUERY_CHUNK_SECONDS, window.stop))
+            pages = self._read([start for second in chunk for start in self._starts(second)])
+            by_second: dict[int, list[Page]] = {second: [] for second in chunk}
+            for page in pages:
+                by_second[buckets.parse_bucket_key(page.pk)[0]].append(page)
+            yield from by_second.items()
+
+    def _starts(self, second: int) -> list[tuple[str, str | None]]:
+        """Where each shard of ``second`` is to be read from: after the recorded cursors
+        when a run stopped inside it (finished shards are not listed), else from the top."""
+        if self.mark is not None and self.mark.cursors and second == self.mark.second + 1:
+            return list(self.mark.cursors.items())
+        return [(pk, None) for pk in buckets.bucket_keys(second, self.settings.shards)]
+
+    def _finish(self, second: int, pages: list[Page]) -> bool:
+        """Send ``second`` from its first pages on, round by round, recording the cursors
+        after each round that leaves more; True when the whole second is sent."""
+        resumed = self.mark is not None and bool(self.mark.cursors)
+        sent_before = self.result.sent
+        while True:
+            messages = [m for page in pages for m in page.messages]
+            if messages:
+                self.delay_queue.send(messages, self.clock(), self.deadline)
+                self.result.sent += len(messages)
+            cursors = {p.pk: p.last_key for p in pages if p.last_key is not None}
+            if not cursors:
+                break
+            self._write(second - 1, cursors)
+            self.result.checkpoints += 1
+            if not self._time_left():
+                return False
+            pages = self._read(list(cursors.items()))
+        if resumed or self.result.sent > sent_before:
+            self._write(second, {})
+        self.result.seconds_scanned += 1
+        return True
+
+    def _read(self, starts: list[tuple[str, str | None]]) -> list[Page]:
+        return self.store.query_pages(
+            starts, self.settings.scheduler_page_items, self.clock(), self.deadline
+        )
+
+    def _write(self, second: int, cursors: Mapping[str, str]) -> None:
+        self.mark = self.store.write_watermark(
+            self.mark, Watermark(second, cursors), self.clock(), self.deadline
+        )
+
+    def _time_left(self) -> bool:
+        """Whether another step fits: the time left must exceed the longest step so far
+        (each call ends one step: a chunk read, a second sent, or a round)."""
+        now_ms = self.clock()
+        self.longest_step_ms = max(self.longest_step_ms, now_ms - self.step_started_ms)
+        self.step_started_ms = now_ms
+        return self.deadline.remaining_seconds() * 1000 > self.longest_step_ms

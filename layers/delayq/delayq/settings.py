@@ -42,6 +42,9 @@ class Settings:
     kafka_ca_location: str = ""
     kafka_timeout_seconds: float = c.DEFAULT_KAFKA_TIMEOUT_SECONDS
     stats_flush_messages: int = c.DEFAULT_STATS_FLUSH_MESSAGES
+    scheduler_page_items: int = c.DEFAULT_SCHEDULER_PAGE_ITEMS
+    bundle_max_bytes: int = c.DEFAULT_BUNDLE_MAX_BYTES
+    bundle_max_messages: int = c.DEFAULT_BUNDLE_MAX_MESSAGES
     region: str = "us-east-1"
     _patterns: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
@@ -55,6 +58,9 @@ class Settings:
             problems.append("tick_seconds must be > 0")
         if self.stats_flush_messages < 1:
             problems.append("stats_flush_messages must be >= 1")
+        if self.scheduler_page_items < 1:
+            problems.append("scheduler_page_items must be >= 1")
+        problems.extend(self._bundle_problems())
         if self.shards < 1:
             problems.append("shards must be >= 1")
         if self.max_delay_seconds < 1:
@@ -70,6 +76,14 @@ class Settings:
         if problems:
             raise ConfigurationError("; ".join(problems))
         object.__setattr__(self, "_patterns", tuple(p for p in self.allowed_targets if p))
+
+    def _bundle_problems(self) -> list[str]:
+        problems = []
+        if not 1024 <= self.bundle_max_bytes <= c.SQS_MAX_MESSAGE_BYTES:
+            problems.append(f"bundle_max_bytes must be 1024..{c.SQS_MAX_MESSAGE_BYTES}")
+        if not 1 <= self.bundle_max_messages <= c.MAX_BUNDLE_ENTRIES:
+            problems.append(f"bundle_max_messages must be 1..{c.MAX_BUNDLE_ENTRIES}")
+        return problems
 
     def target_allowed(self, topic: str) -> bool:
         """True when the topic matches the allow-list (exact names or fnmatch patterns)."""
@@ -125,6 +139,9 @@ _ENV_OF = {
     "kafka_ca_location": c.ENV_KAFKA_CA_LOCATION,
     "kafka_timeout_seconds": c.ENV_KAFKA_TIMEOUT_SECONDS,
     "stats_flush_messages": c.ENV_STATS_FLUSH_MESSAGES,
+    "scheduler_page_items": c.ENV_SCHEDULER_PAGE_ITEMS,
+    "bundle_max_bytes": c.ENV_BUNDLE_MAX_BYTES,
+    "bundle_max_messages": c.ENV_BUNDLE_MAX_MESSAGES,
     "region": c.ENV_AWS_REGION,
 }
 

@@ -48,9 +48,7 @@ def report_schedule(metrics: Metrics, logger: Logger, result: ScheduleResult) ->
     metrics.add_metric(
         name="SchedulerSecondsScanned", unit=MetricUnit.Count, value=result.seconds_scanned
     )
-    metrics.add_metric(
-        name="SchedulerSkippedCancelled", unit=MetricUnit.Count, value=result.skipped_cancelled
-    )
+    metrics.add_metric(name="SchedulerCheckpoints", unit=MetricUnit.Count, value=result.checkpoints)
     metrics.add_metric(
         name="WatermarkLagSeconds", unit=MetricUnit.Seconds, value=result.lag_seconds
     )
@@ -59,7 +57,7 @@ def report_schedule(metrics: Metrics, logger: Logger, result: ScheduleResult) ->
         "watermark_after": result.watermark_after,
         "seconds_scanned": result.seconds_scanned,
         "sent": result.sent,
-        "skipped_cancelled": result.skipped_cancelled,
+        "checkpoints": result.checkpoints,
         "stopped_early": result.stopped_early,
         "conflict": result.conflict,
     }
@@ -75,6 +73,7 @@ def report_emit(metrics: Metrics, logger: Logger, result: EmitResult) -> dict[st
     metrics.add_metric(name="Emitted", unit=MetricUnit.Count, value=len(result.deliveries))
     metrics.add_metric(name="EmitCancelled", unit=MetricUnit.Count, value=result.cancelled)
     metrics.add_metric(name="EmitRedelayed", unit=MetricUnit.Count, value=result.redelayed)
+    metrics.add_metric(name="EmitRequeued", unit=MetricUnit.Count, value=result.requeued)
     metrics.add_metric(name="EmitRejected", unit=MetricUnit.Count, value=result.rejected)
     metrics.add_metric(name="EmitFailed", unit=MetricUnit.Count, value=len(result.failed))
     for delivery in result.deliveries:

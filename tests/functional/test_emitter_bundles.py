@@ -1,0 +1,257 @@
+"""The emitter with bundles: each message of a bundle screened, cancel-checked, held to its own
+due and checked on its own delivery report; what failed inside a bundle goes back to the delay
+queue alone, so nothing is lost, nothing is early, and nothing delivered is delivered again."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from delayq.contract import DelayRequest, Envelope, decode_body, encode_bundle
+from delayq.emitter import EmitResult, EmitterServices, emit_batch, messages_from_event
+from delayq.kafka import KafkaDelivery
+from delayq.payloads import payload_key
+from delayq.queues import SqsQueue
+from delayq.retry import Deadline
+from tests.factories import (
+    NOW_MS,
+    ClientProxy,
+    FakeProducer,
+    SentEntry,
+    client_error,
+    kafka_event,
+    kafka_record,
+    no_sleep_backoff,
+    sqs_event,
+)
+from tests.functional.conftest import Pipeline
+
+
+@pytest.fixture
+def p(pipeline: Pipeline) -> Pipeline:
+    pipeline.settings = pipeline.settings.with_overrides(allowed_targets=("orders.*",))
+    return pipeline
+
+
+def request(delay_id: str, due_ms: int = NOW_MS, target: str = "orders.timeout") -> DelayRequest:
+    return DelayRequest(delay_id, target, due_ms, b"k", delay_id.encode(), (("h", b"1"),), "t-0-1")
+
+
+def bundle(p: Pipeline, *entries: DelayRequest | str) -> SentEntry:
+    texts = [e if isinstance(e, str) else Envelope(e).encode() for e in entries]
+    return SentEntry(p.settings.delay_queue_url, encode_bundle(texts), 0, p.clock())
+
+
+def emit(
+    p: Pipeline,
+    entries: list[SentEntry],
+    *,
+    delay_queue: SqsQueue | None = None,
+    deadline: Deadline | None = None,
+    receipt_handles: list[str] | None = None,
+) -> EmitResult:
+    services = EmitterServices(
+        KafkaDelivery(p.producer, 1.0),
+        p.store,
+        delay_queue or p.delay_queue.queue,
+        p.rejects,
+        p.payloads,
+        p.stats,
+    )
+    event = sqs_event(entries)
+    for record, handle in zip(event["Records"], receipt_handles or [], strict=False):
+        record["receiptHandle"] = handle
+    return emit_batch(
+        messages_from_event(event),
+        settings=p.settings,
+        services=services,
+        clock=p.clock,
+        sleep=p.clock.sleep,
+        deadline=deadline or p.deadline(),
+    )
+
+
+def produced_ids(p: Pipeline) -> list[str]:
+    return [o.header("delay-id").decode() for o in p.producer.produced]  # type: ignore[union-attr]
+
+
+def requeued_ids(p: Pipeline) -> list[list[str]]:
+    return [[e.request.delay_id for e in decode_body(x.body) if e.request] for x in p.delayed()]
+
+
+def test_every_message_of_a_bundle_is_delivered_with_its_own_bytes(p: Pipeline) -> None:
+    result = emit(p, [bundle(p, *(request(f"b-{i}") for i in range(5)))])
+    assert (result.failed, len(result.deliveries)) == ([], 5)
+    assert produced_ids(p) == [f"b-{i}" for i in range(5)]
+    assert [o.value for o in p.producer.produced] == [f"b-{i}".encode() for i in range(5)]
+
+
+def test_bad_cancelled_and_forged_entries_are_handled_alone_and_the_rest_goes_on(
+    p: Pipeline,
+) -> None:
+    p.ingest(kafka_event(kafka_record(cancel="cancelled")))
+    theirs = payload_key(request("theirs"))
+    forged = DelayRequest(
+        "forged",
+        "orders.timeout",
+        NOW_MS,
+        None,
+        None,
+        (),
+        "t-0-1",
+        f"s3://{p.settings.payload_bucket}/{theirs}",
+    )
+    not_ours = '{"v":1,"id":"x"}'
+    body = bundle(
+        p,
+        request("ok-1"),
+        not_ours,
+        request("off", target="payments.capture"),
+        request("cancelled"),
+        forged,
+        request("ok-2"),
+    )
+
+    result = emit(p, [body])
+
+    assert (result.failed, result.rejected, result.cancelled) == ([], 3, 1)
+    assert produced_ids(p) == ["ok-1", "ok-2"]
+    rejects = p.aws.bodies(p.settings.reject_queue_url)
+    assert Counter(r["reason"] for r in rejects) == {"bad-envelope": 2, "target-not-allowed": 1}
+    bodies = {r["record"]["body"] for r in rejects}
+    # Each reject keeps its entry as a body of its own, as it came.
+    assert bodies == {
+        not_ours,
+        Envelope(request("off", target="payments.capture")).encode(),
+        Envelope(forged).encode(),
+    }
+    assert p.delayed() == []
+
+
+def test_each_message_is_held_to_its_own_due_never_earlier(p: Pipeline) -> None:
+    dues = [NOW_MS + 900, NOW_MS + 100, NOW_MS + 2_500, NOW_MS - 40]
+    result = emit(p, [bundle(p, *(request(f"d-{i}", d) for i, d in enumerate(dues)))])
+    assert p.producer.produced_at == sorted(max(d, NOW_MS) for d in dues)
+    assert [d.lateness_ms for d in result.deliveries] == [40, 0, 0, 0]
+
+
+def test_a_bundle_too_early_to_hold_is_hidden_again_whole_and_rejects_nothing_yet(
+    p: Pipeline,
+) -> None:
+    p.aws.sqs.send_message(QueueUrl=p.settings.delay_queue_url, MessageBody="x")
+    [msg] = p.aws.sqs.receive_message(QueueUrl=p.settings.delay_queue_url)["Messages"]
+    early = bundle(p, request("e-1", NOW_MS + 60_000), "{}", request("e-2", NOW_MS + 61_000))
+
+    result = emit(p, [early], receipt_handles=[msg["ReceiptHandle"]])
+
+    assert (len(result.failed), result.redelayed, result.rejected) == (1, 3, 0)
+    assert (p.producer.produced, p.clock.slept) == ([], [])
+    assert p.aws.bodies(p.settings.reject_queue_url) == []
+
+
+def test_a_message_too_early_in_a_due_bundle_goes_back_alone(p: Pipeline) -> None:
+    result = emit(p, [bundle(p, request("now"), request("later", NOW_MS + 30_000))])
+    assert (result.failed, result.requeued, produced_ids(p)) == ([], 1, ["now"])
+    [back] = p.delayed()
+    assert (requeued_ids(p), back.delay_seconds) == ([["later"]], 28)
+
+
+def test_a_partial_kafka_failure_sends_back_only_the_failed_messages(p: Pipeline) -> None:
+    p.producer = FakeProducer(fail_topics={"orders.lost"}, clock=p.clock)
+    batch = [
+        bundle(
+            p,
+            request("ok-1"),
+            request("lost-1", target="orders.lost"),
+            request("ok-2"),
+            request("lost-2", target="orders.lost"),
+        )
+    ]
+
+    result = emit(p, batch)
+
+    assert (result.failed, result.requeued, len(result.deliveries)) == ([], 2, 2)
+    assert sum("kafka" in e for e in result.errors) == 2
+    assert requeued_ids(p) == [["lost-1", "lost-2"]]
+    assert p.delayed()[0].delay_seconds == 0  # due: at once
+
+    # Kafka is back: the re-queued bundle delivers the rest, and nothing twice.
+    p.producer = FakeProducer(clock=p.clock)
+    assert emit(p, p.delayed()).failed == []
+    assert sorted(produced_ids(p)) == ["lost-1", "lost-2"]
+
+
+def test_a_bundle_whose_every_message_failed_is_reported_failed_not_resent(p: Pipeline) -> None:
+    p.producer = FakeProducer(fail_topics={"orders.lost"}, clock=p.clock)
+    batch = [bundle(p, request("a", target="orders.lost"), request("b", target="orders.lost"))]
+    result = emit(p, batch)
+    assert (len(result.failed), result.requeued, p.delayed()) == (1, 0, [])
+
+
+def test_a_payload_that_cannot_be_read_sends_back_only_that_message(p: Pipeline) -> None:
+    ref = f"s3://{p.settings.payload_bucket}/{payload_key(request('gone'))}"
+    gone = DelayRequest("gone", "orders.timeout", NOW_MS, None, None, (), "t-0-1", ref)
+    result = emit(p, [bundle(p, request("ok"), gone)])
+    assert (result.failed, result.requeued, produced_ids(p)) == ([], 1, ["ok"])
+    # It goes back as it came: a pointer, not a value.
+    [[entry]] = [decode_body(x.body) for x in p.delayed()]
+    assert entry.text == Envelope(gone).encode()
+
+
+def test_when_sending_back_fails_the_original_is_reported_failed(p: Pipeline) -> None:
+    p.producer = FakeProducer(fail_topics={"orders.lost"}, clock=p.clock)
+
+    def refuse(**_: Any) -> Any:
+        raise client_error("AccessDenied", status=403, operation="SendMessageBatch")
+
+    refusing = SqsQueue(
+        ClientProxy(p.aws.sqs, send_message_batch=refuse),
+        p.settings.delay_queue_url,
+        no_sleep_backoff(),
+    )
+    batch = [bundle(p, request("ok"), request("lost", target="orders.lost"))]
+    result = emit(p, batch, delay_queue=refusing)
+    # Reported failed: SQS delivers the bundle again, and "ok" a second time (same delay-id).
+    assert (len(result.failed), result.requeued, produced_ids(p)) == (1, 0, ["ok"])
+    assert any("sending undelivered messages back failed" in e for e in result.errors)
+
+
+def test_what_the_deadline_leaves_unproduced_goes_back_to_the_queue(p: Pipeline) -> None:
+    # 13 s left: the flush (10 s) and 2 s of reserve leave 1 s to hold and produce.
+    end_ms = NOW_MS + 13_000
+    deadline = Deadline(lambda: end_ms - p.clock(), safety_ms=0)
+    dues = [NOW_MS, NOW_MS + 500, NOW_MS + 2_000, NOW_MS + 2_500]
+    result = emit(
+        p, [bundle(p, *(request(f"d-{i}", d) for i, d in enumerate(dues)))], deadline=deadline
+    )
+    assert (result.failed, produced_ids(p), result.requeued) == ([], ["d-0", "d-1"], 2)
+    assert requeued_ids(p) == [["d-2", "d-3"]]
+    assert all(at >= due for at, due in zip(p.producer.produced_at, dues, strict=False))
+
+
+def test_a_reject_queue_failure_sends_the_rejected_entry_back_with_the_bundle_done(
+    p: Pipeline,
+) -> None:
+    def refuse(**_: Any) -> Any:
+        raise client_error("AccessDenied", status=403, operation="SendMessageBatch")
+
+    p.rejects.queue = SqsQueue(
+        ClientProxy(p.aws.sqs, send_message_batch=refuse),
+        p.settings.reject_queue_url,
+        no_sleep_backoff(),
+    )
+    result = emit(p, [bundle(p, request("ok"), request("off", target="payments.capture"))])
+    assert (result.failed, result.rejected, result.requeued, produced_ids(p)) == ([], 0, 1, ["ok"])
+    [[entry]] = [decode_body(x.body) for x in p.delayed()]
+    assert json.loads(entry.text)["id"] == "off"
+
+
+def test_version_1_and_bundles_mix_in_one_batch(p: Pipeline) -> None:
+    single = SentEntry(
+        p.settings.delay_queue_url, Envelope(request("single")).encode(), 0, p.clock()
+    )
+    result = emit(p, [single, bundle(p, request("b-1"), request("b-2"))])
+    assert (result.failed, sorted(produced_ids(p))) == ([], ["b-1", "b-2", "single"])
