@@ -1,33 +1,61 @@
-"""The `delayq` command: run the local stack, send and cancel delay requests, run the demo."""
+"""The `delayq` command: run the local stack, send and cancel delay requests, run the demo,
+redrive dead letters."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError
+
 from delayq import constants as c
+from delayq.clock import Clock, Sleep, system_clock
+from delayq.exceptions import ConfigurationError, DelayQueueError
+from delayq.redrive import RedriveReport, RedriveSource, redrive, redrive_services
+from delayq.settings import Settings
+from delayq_local.aws import AwsEndpoint
 from delayq_local.demo import DemoOptions, run_demo
 from delayq_local.exceptions import LocalStackError
 from delayq_local.producer import DelayProducer, Due
-from delayq_local.stack import EmbeddedStack, StackConfig, TimeCompression
+from delayq_local.stack import EmbeddedStack, StackConfig, TimeCompression, environ_during
 from delayq_local.workload import DEFAULT_TARGETS
 
 STATE_FILE: Final = Path("results/local-stack.json")
 DEFAULT_TOPIC: Final = "delay-requests"
+# The template's outputs a redrive reads (the ingest function's environment has the rest).
+DELAY_DLQ_OUTPUT: Final = "DelayDeadLetterQueueUrl"
+INGEST_FUNCTION_OUTPUT: Final = "IngestFunctionName"
+# What ingest writes to, so what a redrive needs whatever its source.
+REDRIVE_VARIABLES: Final = (
+    c.ENV_TABLE_NAME,
+    c.ENV_DELAY_QUEUE_URL,
+    c.ENV_REJECT_QUEUE_URL,
+    c.ENV_PAYLOAD_BUCKET,
+)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `delayq` console script; returns the exit status."""
-    parser = _parser()
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    clock: Clock = system_clock,
+    sleep: Sleep = time.sleep,
+) -> int:
+    """Entry point of the `delayq` console script; returns the exit status (2: usage or
+    configuration). ``clock`` and ``sleep`` pace `redrive --rate`."""
+    parser = _parser(clock, sleep)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -35,14 +63,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     command: Callable[[argparse.Namespace], int] = args.command
     try:
         return command(args)
-    except LocalStackError as e:
+    except (LocalStackError, ConfigurationError) as e:
         print(f"delayq: {e}", file=sys.stderr)
         return 2
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(clock: Clock, sleep: Sleep) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="delayq", description="The Kafka delay queue, locally: stack, requests, demo."
+        prog="delayq",
+        description="The Kafka delay queue, locally: stack, requests, demo; and redrive.",
     )
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
@@ -120,6 +149,52 @@ def _parser() -> argparse.ArgumentParser:
     _client_options(cancel)
     cancel.add_argument("delay_id", metavar="ID")
     cancel.set_defaults(command=_cancel)
+
+    again = commands.add_parser(
+        "redrive",
+        help="move dead-lettered messages back into the pipeline",
+        description="delay-dlq: envelopes the emitter failed to deliver go back to the delay "
+        "queue. rejects: rejected records are ingested again under the current settings "
+        "(those still invalid go back with their new reason). Exit status: 0, 1 when a "
+        "message failed (it stays on the source) or the run broke off, 2 for usage or "
+        "configuration errors.",
+    )
+    again.add_argument(
+        "source", choices=[str(s) for s in RedriveSource], help="the queue to move out of"
+    )
+    again.add_argument(
+        "--queue-url",
+        help=f"the queue to read (default: the stack's {DELAY_DLQ_OUTPUT} output for "
+        f"delay-dlq, {c.ENV_REJECT_QUEUE_URL} for rejects)",
+    )
+    again.add_argument("--limit", type=int, metavar="N", help="move at most N (default: all)")
+    again.add_argument(
+        "--rate",
+        type=float,
+        metavar="MSGS_PER_SECOND",
+        help="at most this many moves per second (default: no limit)",
+    )
+    again.add_argument("--dry-run", action="store_true", help="read and classify, write nothing")
+    again.add_argument("--json", action="store_true", help="print the report as JSON")
+    again.add_argument(
+        "--wait",
+        type=int,
+        default=1,
+        metavar="SECONDS",
+        help="long polling per receive; the run ends on an empty one (default: %(default)s)",
+    )
+    where = again.add_argument_group(
+        "stack",
+        "default: the running `delayq local` (its state file), else the DELAYQ_* variables "
+        "of the environment (those the ingest function has); set variables win over the "
+        "state file",
+    )
+    where.add_argument(
+        "--stack-name",
+        help="a deployed stack: queues from its outputs, settings from its ingest function",
+    )
+    where.add_argument("--region", help="the stack's region (default: boto3's, e.g. AWS_REGION)")
+    again.set_defaults(command=functools.partial(_redrive, clock=clock, sleep=sleep))
     return parser
 
 
@@ -264,6 +339,9 @@ def _describe(stack: EmbeddedStack) -> dict[str, Any]:
         "kafka_bootstrap": stack.kafka_bootstrap,
         "delay_topic": stack.delay_topic,
         "resources": {k: r.ref for k, r in sorted(deployment.resources.items())},
+        "outputs": dict(sorted(deployment.outputs.items())),
+        # The stack runs its handlers in this process, under their merged environment.
+        "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith("DELAYQ_")},
         "sources": sorted(s.name for s in stack.sources.values()),
     }
 
@@ -340,6 +418,130 @@ def _cancel(args: argparse.Namespace) -> int:
         producer.cancel(args.delay_id)
     print(f"cancel for {args.delay_id} sent to {producer.topic}")
     return 0
+
+
+@dataclass(frozen=True)
+class _Stack:
+    """Where a redrive runs: the ingest function's variables, the stack's outputs, and the
+    variables that point boto3 at its endpoint (none for AWS)."""
+
+    name: str
+    environ: Mapping[str, str]
+    outputs: Mapping[str, Any] = field(default_factory=dict)
+    endpoint: Mapping[str, str] = field(default_factory=dict)
+    region: str | None = None
+
+
+def _redrive(args: argparse.Namespace, *, clock: Clock, sleep: Sleep) -> int:
+    stack = _redrive_stack(args)
+    missing = [name for name in REDRIVE_VARIABLES if not stack.environ.get(name)]
+    if missing:
+        raise LocalStackError(
+            f"{stack.name} does not set {', '.join(missing)}: set the variables the ingest "
+            "function has, pass --stack-name, or start `delayq local`"
+        )
+    settings = Settings.from_env(
+        stack.environ, **({"region": stack.region} if stack.region else {})
+    )
+    source = RedriveSource(args.source)
+    url = args.queue_url or (
+        stack.outputs.get(DELAY_DLQ_OUTPUT)
+        if source is RedriveSource.DELAY_DLQ
+        else settings.reject_queue_url
+    )
+    if not url:
+        raise LocalStackError(
+            f"no queue to redrive {source} from: pass --queue-url (or --stack-name, "
+            f"whose {DELAY_DLQ_OUTPUT} output names it)"
+        )
+    with environ_during(stack.endpoint):
+        try:
+            report = redrive(
+                source,
+                settings=settings,
+                services=redrive_services(settings),
+                source_url=str(url),
+                limit=args.limit,
+                rate_per_second=args.rate,
+                dry_run=args.dry_run,
+                wait_seconds=args.wait,
+                clock=clock,
+                sleep=sleep,
+            )
+        except ConfigurationError:
+            raise
+        except (DelayQueueError, BotoCoreError, ClientError) as e:
+            print(f"delayq: redrive from {url} stopped: {e}", file=sys.stderr)
+            return 1
+    if args.json:
+        print(json.dumps({**report.as_dict(), "source_url": url}, indent=2))
+    else:
+        print("\n".join(_summary(report, str(url))))
+    return 1 if report.failed else 0
+
+
+def _redrive_stack(args: argparse.Namespace) -> _Stack:
+    """--stack-name, else the running `delayq local` (set variables win), else the
+    environment."""
+    if args.stack_name:
+        return _deployed_stack(args.stack_name, args.region)
+    state = _state()
+    if not state:
+        return _Stack("the environment", os.environ, region=args.region)
+    if "environment" not in state:
+        raise LocalStackError(f"{STATE_FILE} has no environment: restart `delayq local`")
+    endpoint = AwsEndpoint(
+        state["aws_endpoint"],
+        state["region"],
+        fake_credentials="AWS_ACCESS_KEY_ID" not in os.environ,
+    )
+    return _Stack(
+        f"the running `delayq local` ({state['stack_name']})",
+        {**state["environment"], **os.environ},
+        state.get("outputs", {}),
+        endpoint.environ(),
+        state["region"],
+    )
+
+
+def _deployed_stack(name: str, region: str | None) -> _Stack:
+    """Outputs from CloudFormation, settings from the ingest function's environment."""
+    region = region or boto3.session.Session().region_name
+    if not region:
+        raise LocalStackError("no region: pass --region or set AWS_REGION")
+    try:
+        [described] = boto3.client("cloudformation", region_name=region).describe_stacks(
+            StackName=name
+        )["Stacks"]
+        outputs = {o["OutputKey"]: o["OutputValue"] for o in described.get("Outputs", [])}
+        if INGEST_FUNCTION_OUTPUT not in outputs:
+            raise LocalStackError(f"stack {name} has no {INGEST_FUNCTION_OUTPUT} output")
+        configuration = boto3.client("lambda", region_name=region).get_function_configuration(
+            FunctionName=outputs[INGEST_FUNCTION_OUTPUT]
+        )
+    except (BotoCoreError, ClientError) as e:
+        raise LocalStackError(f"cannot read stack {name} in {region}: {e}") from e
+    environ = configuration.get("Environment", {}).get("Variables", {})
+    return _Stack(f"stack {name}", environ, outputs, region=region)
+
+
+def _summary(report: RedriveReport, url: str) -> list[str]:
+    """The report for a person: counts, reasons, and one line per error."""
+    reasons = ", ".join(f"{reason} {n}" for reason, n in sorted(report.reasons.items()))
+    lines = [
+        f"redrive {report.source} from {url}"
+        + (" (dry run: nothing was moved)" if report.dry_run else ""),
+        f"{'would move' if report.dry_run else 'moved'}: {report.moved}",
+        f"still rejected: {report.still_rejected}" + (f" ({reasons})" if reasons else ""),
+        f"skipped: {report.skipped} (re-rejected by this run, left for the next)",
+        f"failed: {report.failed} (left on the source)",
+    ]
+    if report.waited_seconds:
+        lines.append(f"paced: waited {report.waited_seconds:.1f} s")
+    if report.errors:
+        lines.append("errors:")
+        lines.extend(f"  {error}" for error in report.errors)
+    return lines
 
 
 def _header(text: str) -> tuple[str, bytes]:

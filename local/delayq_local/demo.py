@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import sys
 import time
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from delayq_local.faults import BrokerOutage, FaultPlan
 from delayq_local.kafka_mock import CONSUMER_TUNING
 from delayq_local.observe import DeliveryObserver, Rejection, drain_rejections
 from delayq_local.producer import DelayProducer
@@ -19,12 +19,12 @@ from delayq_local.reports import export_and_report
 from delayq_local.stack import EmbeddedStack, StackConfig
 from delayq_local.workload import DEFAULT_TARGETS, Workload
 
-log = logging.getLogger(__name__)
-
 
 @dataclass(frozen=True)
 class DemoOptions:
-    """The workload's size and shape, and how long to wait for it."""
+    """The workload's size and shape, and how long to wait for it. `kafka_outage`:
+    `(at, seconds)` after the workload is sent, every broker is down (added to the stack's
+    fault plan, whose timed faults count from the same moment)."""
 
     messages: int = 3000
     max_delay_seconds: float = 240.0
@@ -86,8 +86,16 @@ def run_demo(config: StackConfig, options: DemoOptions, out: TextIO = sys.stderr
         return _run(config, options, out)
 
 
+def _with_outage(config: StackConfig, outage: tuple[float, float] | None) -> StackConfig:
+    if outage is None:
+        return config
+    plan = config.faults or FaultPlan()
+    return replace(config, faults=replace(plan, timed=(*plan.timed, BrokerOutage(*outage))))
+
+
 def _run(config: StackConfig, options: DemoOptions, out: TextIO) -> DemoReport:
     started = time.monotonic()
+    config = _with_outage(config, options.kafka_outage)
     with EmbeddedStack(config) as stack:
         out.write(
             f"stack up in {time.monotonic() - started:.1f}s: Kafka {stack.kafka_bootstrap}, "
@@ -128,7 +136,9 @@ def _run(config: StackConfig, options: DemoOptions, out: TextIO) -> DemoReport:
             "time_compression": asdict(config.time) if config.time else None,
             "kafka_outage": options.kafka_outage,
             "unreadable_deliveries": observer.unreadable,
+            "observer_rereads": observer.rereads,
             "sources": stack.stats(),
+            "faults": stack.faults.counts() if stack.faults else None,
             "reports": reports.index if reports else None,
         }
     deliveries = observer.deliveries()
@@ -152,7 +162,6 @@ def _wait(
     progress = Progress(out, len(expected))
     begin = time.time()
     cancels_sent = False
-    outage = _Outage(stack, options.kafka_outage, begin)
     settle_at = workload.last_due_ms / 1000 + options.settle_seconds
     give_up_at = settle_at + options.timeout_seconds
     rejections: list[Rejection] = []
@@ -162,7 +171,8 @@ def _wait(
             if not cancels_sent and now - begin >= options.cancel_after_seconds:
                 workload.send_cancels(producer)
                 cancels_sent = True
-            outage.step(now)
+            if stack.faults is not None:
+                stack.faults.step(stack, now - begin)
             rejections.extend(drain_rejections(sqs, reject_queue))
             seen = {d.delay_id for d in observer.deliveries()}
             delivered = sum(1 for i in expected if i in seen)
@@ -172,35 +182,6 @@ def _wait(
                 return rejections
             time.sleep(0.5)
     finally:
-        outage.end()
+        if stack.faults is not None:
+            stack.faults.restore(stack)
         progress.close()
-
-
-class _Outage:
-    """Takes every mock broker down at `at` seconds for `duration` seconds, once."""
-
-    def __init__(
-        self, stack: EmbeddedStack, plan: tuple[float, float] | None, begin: float
-    ) -> None:
-        self._cluster = stack.mock_kafka
-        self._window = (begin + plan[0], begin + plan[0] + plan[1]) if plan else None
-        self._down = False
-        self._done = False
-
-    def step(self, now: float) -> None:
-        if self._window is None or self._cluster is None or self._done:
-            return
-        start, end = self._window
-        if not self._down and start <= now < end:
-            log.warning("taking the Kafka brokers down for %.0fs", end - start)
-            self._cluster.broker_down(-1)
-            self._down = True
-        elif self._down and now >= end:
-            self.end()
-
-    def end(self) -> None:
-        if self._down and self._cluster is not None:
-            self._cluster.broker_up(-1)
-            log.warning("Kafka brokers are up again")
-        self._down = False
-        self._done = True

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
 from delayq import constants as c
 
@@ -41,7 +41,13 @@ class Rejection:
 
 
 class DeliveryObserver:
-    """A consumer (its own group, from the beginning) on the target topics, in a thread."""
+    """A consumer of every partition of the target topics, from the beginning, in a thread.
+
+    Partitions are assigned, not subscribed: a group member whose session times out (a broker
+    outage longer than the session) is revoked and reads its partitions again, which would
+    count as duplicates the product never wrote. A record seen twice at the same offset
+    (`rereads`) is counted once.
+    """
 
     def __init__(
         self,
@@ -60,17 +66,26 @@ class DeliveryObserver:
         )
         self._topics = list(topics)
         self._deliveries: list[Delivery] = []
+        self._offsets: set[tuple[str, int, int]] = set()
         self._lock = threading.Lock()
-        self._assigned = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="observer", daemon=True)
         self.unreadable = 0
+        self.rereads = 0
 
     def start(self, timeout: float = 30.0) -> DeliveryObserver:
-        """Subscribe and wait until the partitions are assigned."""
+        """Assign every partition of the topics (from the beginning) and start consuming."""
+        metadata = self._consumer.list_topics(timeout=timeout)
+        partitions = [
+            TopicPartition(topic, partition, OFFSET_BEGINNING)
+            for topic in self._topics
+            if topic in metadata.topics
+            for partition in metadata.topics[topic].partitions
+        ]
+        if not partitions:
+            raise TimeoutError(f"no partitions found for {self._topics}")
+        self._consumer.assign(partitions)
         self._thread.start()
-        if not self._assigned.wait(timeout):
-            raise TimeoutError("the observer got no partitions")
         return self
 
     def stop(self) -> None:
@@ -84,10 +99,6 @@ class DeliveryObserver:
             return list(self._deliveries)
 
     def _run(self) -> None:
-        def assigned(_consumer: Consumer, _partitions: list[TopicPartition]) -> None:
-            self._assigned.set()
-
-        self._consumer.subscribe(self._topics, on_assign=assigned)
         try:
             while not self._stop.is_set():
                 # poll() returns as soon as a record is there; consume() would wait to fill a batch.
@@ -117,7 +128,12 @@ class DeliveryObserver:
             self.unreadable += 1
             log.warning("a record without readable delivery headers: %r", e)
             return
+        position = (delivery.topic, message.partition() or 0, message.offset() or 0)
         with self._lock:
+            if position in self._offsets:
+                self.rereads += 1
+                return
+            self._offsets.add(position)
             self._deliveries.append(delivery)
 
 

@@ -71,8 +71,13 @@ def provision(
     stack_name: str,
     endpoint: AwsEndpoint,
     parameters: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Deployment:
-    """Create the template's SQS queues, DynamoDB tables and S3 buckets; resolve the rest."""
+    """Create the template's SQS queues, DynamoDB tables and S3 buckets; resolve the rest.
+
+    `overrides`: properties set over the template's, by logical id (a fault test shortens
+    the queues' visibility timeouts so that a crashed batch comes back within seconds).
+    """
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9-]{0,63}", stack_name):
         raise TemplateError(f"bad stack name {stack_name!r} (letters, digits, hyphens)")
     account = str(endpoint.client("sts").get_caller_identity()["Account"])
@@ -109,7 +114,10 @@ def provision(
     context = _Context(stack_name=stack_name, endpoint=endpoint)
     for logical_id in _creation_order(wanted):
         resource = wanted[logical_id]
-        properties = resolver.resolve(resource.get("Properties") or {})
+        properties = {
+            **resolver.resolve(resource.get("Properties") or {}),
+            **(overrides or {}).get(logical_id, {}),
+        }
         created = creators[resource["Type"]](context, logical_id, properties)
         lookup.created[logical_id] = created
         log.info("created %s %s: %s", resource["Type"], logical_id, created.ref)

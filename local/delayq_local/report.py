@@ -38,6 +38,8 @@ class Lateness:
     p99: float
     max: float
     count: int
+    # Negative when something arrived early (by the clock the values were measured with).
+    min: float = 0.0
 
     @classmethod
     def of(cls, values: Sequence[float]) -> Lateness:
@@ -47,6 +49,7 @@ class Lateness:
             p99=percentile(values, 99),
             max=max(values, default=0.0),
             count=len(values),
+            min=min(values, default=0.0),
         )
 
 
@@ -72,6 +75,9 @@ class DemoReport:
     burst: Lateness
     lost_ids: tuple[str, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # Seen by the target consumer before due: early in true time (this process's clock), which
+    # `early` (the emitter's clock) cannot show when the emitter's clock is ahead.
+    early_received: int = 0
 
     @property
     def ok(self) -> bool:
@@ -129,6 +135,7 @@ class DemoReport:
             ),
             lost_ids=tuple(lost[:20]),
             extra=dict(extra or {}),
+            early_received=sum(1 for d in deliveries if d.received_ms < d.due_ms),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -151,7 +158,7 @@ class DemoReport:
         return [
             f"expected   {self.expected}",
             f"delivered  {self.delivered}   lost {self.lost}   duplicates {self.duplicates}",
-            f"early      {self.early}",
+            f"early      {self.early}   (seen before due by the consumer: {self.early_received})",
             f"cancelled  {self.cancelled}   honoured {self.cancelled_honoured}",
             f"rejected   {self.rejected} of {self.rejected_expected} invalid records"
             f" (wrong or missing reason: {self.rejected_wrong_reason}): {reasons}",

@@ -24,6 +24,12 @@ log = logging.getLogger(__name__)
 Handler = Callable[[Any, Any], Any]
 
 
+class RuntimeCrash(BaseException):
+    """Ends an invocation the way a dying process does (fault injection): a `BaseException`, so
+    that no `except Exception` in the handler can swallow it. The runtime reports a function
+    error (`Runtime.ExitError`) and the environment is not used again."""
+
+
 @dataclass
 class LambdaContext:
     """The attributes and the one method of Lambda's Python context object that handlers use."""
@@ -60,6 +66,11 @@ class Invocation:
     timed_out: bool
 
     @property
+    def crashed(self) -> bool:
+        """The invocation died (`RuntimeCrash`): its environment is gone."""
+        return isinstance(self.error, RuntimeCrash)
+
+    @property
     def ok(self) -> bool:
         """Returned within the deadline without raising."""
         return self.error is None and not self.timed_out
@@ -70,6 +81,8 @@ class Invocation:
             return "TimeoutError", f"Task timed out after {self.duration_seconds:.2f} seconds"
         if self.error is None:
             return "", ""
+        if self.crashed:
+            return "Runtime.ExitError", f"RequestId: {self.request_id} Error: {self.error}"
         return type(self.error).__name__, str(self.error)
 
 
@@ -124,6 +137,9 @@ class ExecutionEnvironment:
         except Exception as e:
             error = e
             log.warning("%s %s failed: %r", self.function.name, request_id, e, exc_info=e)
+        except RuntimeCrash as e:
+            error = e
+            log.warning("%s %s crashed: %s", self.function.name, request_id, e)
         duration = time.time() - started
         timed_out = duration > self.function.timeout_seconds
         if timed_out:

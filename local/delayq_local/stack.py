@@ -30,6 +30,7 @@ from delayq import constants as c
 from delayq_local.aws import DEFAULT_REGION, AwsEndpoint, MotoServer, localstack_endpoint
 from delayq_local.cfn import Template, load_template
 from delayq_local.exceptions import LocalStackError, ProvisionError
+from delayq_local.faults import ActiveFaults, FaultPlan
 from delayq_local.kafka_mock import CONSUMER_TUNING, MockKafkaCluster
 from delayq_local.provision import DYNAMODB_TABLE, Deployment, ProvisionedResource, provision
 from delayq_local.runtime import Handler, LocalFunction, load_handler
@@ -101,6 +102,9 @@ class StackConfig:
     - `shards`: `DELAYQ_SHARDS` for the handlers (None keeps the template's): moto answers a
       DynamoDB Query by scanning the whole table, so each shard costs a table scan per
       due-second scheduled.
+    - `overrides`: resource properties set over the template's, by logical id (e.g. shorter
+      queue visibility timeouts, so that a crashed batch comes back within a test).
+    - `faults`: a `FaultPlan` installed before the handlers run (see `delayq_local.faults`).
     - `short_poll`: functions whose queue is short-polled every `sqs_idle_sleep` seconds (the
       emitter: moto wakes a long poll late for a delayed message); the others long-poll for
       `sqs_wait_seconds`.
@@ -133,6 +137,8 @@ class StackConfig:
     kafka_consumers: int | None = None
     shards: int | None = 2
     async_retry_delays: tuple[float, ...] = (1.0, 2.0)
+    overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    faults: FaultPlan | None = None
 
     @property
     def template_path(self) -> Path:
@@ -154,6 +160,7 @@ class EmbeddedStack:
         self.ttl_emulators: list[TtlEmulator] = []
         self._saved_environ: dict[str, str | None] = {}
         self._modules: list[str] = []
+        self.faults: ActiveFaults | None = None
 
     # Lifecycle ---------------------------------------------------------------------------
 
@@ -165,10 +172,16 @@ class EmbeddedStack:
             assert self.endpoint is not None
             template = load_template(self.config.template_path)
             self._deployment = provision(
-                template, self.config.stack_name, self.endpoint, self._parameters(template)
+                template,
+                self.config.stack_name,
+                self.endpoint,
+                self._parameters(template),
+                self.config.overrides,
             )
             self._create_topics()
             self._saved_environ = _apply_environ(self._stack_environ())
+            if self.config.faults is not None:
+                self.faults = self.config.faults.install()
             self._build_sources()
             everything = [*self.sources.values(), *self.ttl_emulators]
             for source in everything:
@@ -184,6 +197,8 @@ class EmbeddedStack:
     def stop(self) -> None:
         """Stop the sources, restore the environment, stop the embedded endpoints."""
         self._stop_sources()
+        if self.faults is not None:
+            self.faults.remove()
         self._unload_handlers()
         _restore_environ(self._saved_environ)
         self._saved_environ = {}
@@ -371,8 +386,11 @@ class EmbeddedStack:
             def loader() -> Handler:
                 name = f"{prefix}_{next(_module_numbers)}"
                 self._modules.append(name)
-                with _environ_during(environ):
-                    return load_handler(path, attribute, name)
+                with environ_during(environ):
+                    handler = load_handler(path, attribute, name)
+                if self.faults is None:
+                    return handler
+                return self.faults.wrap(spec.logical_id, sys.modules[name], handler)
 
         return LocalFunction(
             name=spec.name,
@@ -539,7 +557,8 @@ def _restore_environ(saved: Mapping[str, str | None]) -> None:
 
 
 @contextmanager
-def _environ_during(values: Mapping[str, str]) -> Iterator[None]:
+def environ_during(values: Mapping[str, str]) -> Iterator[None]:
+    """Set ``values`` in ``os.environ`` for the block, then restore what was there."""
     saved = _apply_environ(values)
     try:
         yield

@@ -153,6 +153,10 @@ class EventSource(abc.ABC):
         self.stats.add("records", records)
         if not invocation.ok:
             self.stats.add("errors")
+        if invocation.crashed and self.function is not None:
+            # Lambda starts a new environment after a process exit: a cold start.
+            self.stats.add("crashes")
+            self._environments[index] = self.function.environment()
         return invocation
 
 
