@@ -484,7 +484,7 @@ def _functions(
         f"{tick_s} "
         + ("(keeps up)" if keeps_up >= tick_s else "(FALLS BEHIND: the watermark lag grows)")
         + f"; it keeps up only while a SendMessageBatch takes under {break_even:.1f} ms "
-        f"(assumed {a.ms_sqs_send_batch:g} ms; sends are sequential)"
+        f"(assumed {a.ms_sqs_send_batch:g} ms each)"
     )
     cost.add(
         "Lambda scheduler (duration)",
@@ -493,7 +493,7 @@ def _functions(
         * gb_second_price(fc)
         / per_second,
         f"{sched_ms_per_second:.0f} ms per due-second of {per_second:.0f} messages "
-        f"(CPU {sched_cpu:.0f} ms, {sends_per_second:.0f} sequential SendMessageBatch)",
+        f"(CPU {sched_cpu:.0f} ms, {sends_per_second:.0f} SendMessageBatch)",
     )
     cost.add(
         "Lambda scheduler + timer (requests)",

@@ -218,7 +218,7 @@ def prepare_scheduler(
         "due_seconds_per_run": seconds,
         "stored_messages_per_second": per_second,
         "shards": bench_settings().shards,
-        "note": "one run = one scheduler invocation over the window; cancel check included",
+        "note": "one run = one scheduler invocation over the window (queries, bundles)",
     }
     return prepare, inputs
 

@@ -34,7 +34,7 @@ TARGET: Final = "bench.orders"
 VALUE: Final = b"v" * 100
 # The highest rate at which the local stack kept its lateness flat on the reference machine
 # (2 cores shared with other work): at 100/s the p99 reached 825 ms. The steady phase runs
-# first: the burst, last, can block the scheduler's FIFO tick group for minutes.
+# first, so that the burst's backlog cannot colour its lateness.
 DEFAULT_STEADY_RATE: Final = 50.0
 
 
