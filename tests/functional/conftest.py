@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -49,6 +51,18 @@ class Pipeline:
 
     def deadline(self) -> Deadline:
         return Deadline.after(60)
+
+    def with_store_client(self, client: Any) -> Pipeline:
+        """The same pipeline reading the table through another client (a recording proxy)."""
+        store = MessageStore(
+            client,
+            self.settings.table_name,
+            shards=self.settings.shards,
+            ttl_grace_seconds=self.settings.ttl_grace_seconds,
+            max_delay_seconds=self.settings.max_delay_seconds,
+            backoff=no_sleep_backoff(),
+        )
+        return dataclasses.replace(self, store=store)
 
     def ingest(self, event: object) -> IngestResult:
         services = IngestServices(self.store, self.delay_queue, self.rejects, self.payloads)

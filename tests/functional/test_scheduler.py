@@ -3,9 +3,7 @@ a crash loses nothing, a conflict stops cleanly."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from typing import Any
 
 import pytest
 
@@ -14,9 +12,9 @@ from delayq.contract import decode_body
 from delayq.queues import TickQueue
 from delayq.retry import Deadline
 from delayq.scheduler import fire_timer
-from delayq.store import MessageStore, Watermark
+from delayq.store import Watermark
 from tests.factories import NOW_MS, ClientProxy, kafka_event, kafka_record
-from tests.functional.conftest import Pipeline, no_sleep_backoff
+from tests.functional.conftest import Pipeline
 
 
 def store_due_in(p: Pipeline, *delays_s: int) -> list[str]:
@@ -49,19 +47,6 @@ def sent_ids(p: Pipeline) -> list[str]:
 
 def emitted_ids(p: Pipeline) -> list[str]:
     return [o.header("delay-id").decode() for o in p.producer.produced]  # type: ignore[union-attr]
-
-
-def with_store(p: Pipeline, client: Any) -> Pipeline:
-    """The same pipeline reading the table through another client (a recording proxy)."""
-    store = MessageStore(
-        client,
-        p.settings.table_name,
-        shards=p.settings.shards,
-        ttl_grace_seconds=p.settings.ttl_grace_seconds,
-        max_delay_seconds=p.settings.max_delay_seconds,
-        backoff=no_sleep_backoff(),
-    )
-    return dataclasses.replace(p, store=store)
 
 
 def test_first_run_queues_everything_within_the_look_ahead(p: Pipeline) -> None:
@@ -127,7 +112,7 @@ def test_the_scheduler_reads_no_cancel_markers(p: Pipeline) -> None:
     p.ingest(kafka_event(kafka_record(offset=9, cancel="m-1")))
     proxy = ClientProxy(p.aws.dynamodb, batch_get_item=p.aws.dynamodb.batch_get_item)
     p.clock.now_ms = NOW_MS + 3600_000 - 60_000
-    with_store(p, proxy).schedule()
+    p.with_store_client(proxy).schedule()
     assert proxy.calls == []
 
 

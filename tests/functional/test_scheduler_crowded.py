@@ -8,10 +8,8 @@ most the round in flight (one page per shard).
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import pytest
 
@@ -20,9 +18,9 @@ from delayq.contract import DelayRequest, decode_body
 from delayq.queues import DelayQueue
 from delayq.retry import Deadline
 from delayq.scheduler import ScheduleResult, run_scheduler
-from delayq.store import MessageStore, Watermark
+from delayq.store import Watermark
 from tests.factories import NOW_MS, ClientProxy, kafka_event, kafka_record
-from tests.functional.conftest import Pipeline, no_sleep_backoff
+from tests.functional.conftest import Pipeline
 
 DUE_MS = NOW_MS + 3_600_000
 DUE_S = buckets.due_second(DUE_MS)
@@ -63,19 +61,6 @@ def budget(p: Pipeline, calls: int) -> Deadline:
     return Deadline(lambda: 60_000 if p.sqs.calls - start < calls else 0)
 
 
-def with_store(p: Pipeline, client: Any) -> Pipeline:
-    """The same pipeline reading the table through another client (a recording proxy)."""
-    store = MessageStore(
-        client,
-        p.settings.table_name,
-        shards=p.settings.shards,
-        ttl_grace_seconds=p.settings.ttl_grace_seconds,
-        max_delay_seconds=p.settings.max_delay_seconds,
-        backoff=no_sleep_backoff(),
-    )
-    return dataclasses.replace(p, store=store)
-
-
 def mark(p: Pipeline) -> Watermark:
     found = p.store.read_watermark(p.deadline())
     assert found is not None
@@ -98,7 +83,7 @@ def test_a_run_out_of_time_inside_a_second_records_where_it_stopped(p: Pipeline)
 def test_a_crowded_second_is_drained_over_several_runs_each_resuming(p: Pipeline) -> None:
     ids = crowd(p, 60, page_items=2)
     proxy = ClientProxy(p.aws.dynamodb, query=p.aws.dynamodb.query)
-    p = with_store(p, proxy)
+    p = p.with_store_client(proxy)
     runs = 0
     while set(sent(p)) != set(ids):
         runs += 1
