@@ -167,7 +167,12 @@ def _parser(clock: Clock, sleep: Sleep) -> argparse.ArgumentParser:
         help=f"the queue to read (default: the stack's {DELAY_DLQ_OUTPUT} output for "
         f"delay-dlq, {c.ENV_REJECT_QUEUE_URL} for rejects)",
     )
-    again.add_argument("--limit", type=int, metavar="N", help="move at most N (default: all)")
+    again.add_argument(
+        "--limit",
+        type=int,
+        metavar="N",
+        help="read at most N source messages (a bundle counts as one; default: all)",
+    )
     again.add_argument(
         "--rate",
         type=float,
