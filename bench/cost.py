@@ -636,6 +636,33 @@ def eventbridge_scheduler(
         price("eventbridge_scheduler_invocation"),
         "one invocation per message (CreateSchedule is not charged; ActionAfterCompletion=DELETE)",
     )
+    _per_message_functions(
+        cost,
+        m,
+        fc,
+        a,
+        ingest_detail=f"one CreateSchedule call per record ({a.ms_lambda_api_call:g} ms), "
+        "no batch API",
+        producer_detail="one invocation per message (Scheduler has no Kafka target)",
+    )
+    cost.notes.append(
+        "precision: DESIGN.md credits one-time schedules with ~60 s; the default quota of "
+        "1 M schedules per account is far below the ~2 x 10^8 pending at 100 M/day"
+    )
+    return cost
+
+
+def _per_message_functions(
+    cost: DesignCost,
+    m: MeasuredInputs,
+    fc: FunctionConfig,
+    a: Assumptions,
+    *,
+    ingest_detail: str,
+    producer_detail: str,
+) -> None:
+    """The two Lambda functions of a one-resource-per-message alternative: an ingest that
+    makes one API call per record, and a producer invoked once per message."""
     ingest_ms = cpu_wall_ms(m.ingest_cpu_ms_per_batch, fc.memory_mb["ingest"], a) + (
         m.ingest_batch * a.ms_lambda_api_call
     )
@@ -643,19 +670,14 @@ def eventbridge_scheduler(
         cost,
         fc,
         ("ingest", 1 / m.ingest_batch, ingest_ms, fc.memory_mb["ingest"]),
-        f"one CreateSchedule call per record ({a.ms_lambda_api_call:g} ms), no batch API",
+        ingest_detail,
     )
     _lambda_line(
         cost,
         fc,
         ("producer", 1.0, a.per_message_function_ms, a.per_message_function_memory_mb),
-        "one invocation per message (Scheduler has no Kafka target)",
+        producer_detail,
     )
-    cost.notes.append(
-        "precision: DESIGN.md credits one-time schedules with ~60 s; the default quota of "
-        "1 M schedules per account is far below the ~2 x 10^8 pending at 100 M/day"
-    )
-    return cost
 
 
 def step_functions(
@@ -668,20 +690,13 @@ def step_functions(
         a.step_functions_transitions * price("step_functions_transition"),
         f"{a.step_functions_transitions} transitions per message (Wait, Task)",
     )
-    ingest_ms = cpu_wall_ms(m.ingest_cpu_ms_per_batch, fc.memory_mb["ingest"], a) + (
-        m.ingest_batch * a.ms_lambda_api_call
-    )
-    _lambda_line(
+    _per_message_functions(
         cost,
+        m,
         fc,
-        ("ingest", 1 / m.ingest_batch, ingest_ms, fc.memory_mb["ingest"]),
-        f"one StartExecution per record ({a.ms_lambda_api_call:g} ms)",
-    )
-    _lambda_line(
-        cost,
-        fc,
-        ("producer", 1.0, a.per_message_function_ms, a.per_message_function_memory_mb),
-        "the Task's Lambda, one message per invocation",
+        a,
+        ingest_detail=f"one StartExecution per record ({a.ms_lambda_api_call:g} ms)",
+        producer_detail="the Task's Lambda, one message per invocation",
     )
     cost.notes.append(
         "open executions are capped (1 M per account by default): ~2 x 10^8 would be pending"
