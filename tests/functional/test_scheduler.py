@@ -27,6 +27,7 @@ def store_due_in(p: Pipeline, *delays_s: int) -> list[str]:
             )
         )
     )
+    p.pass_empty_seconds()
     return ids
 
 
@@ -123,7 +124,9 @@ def test_a_crash_mid_run_loses_nothing_and_resends_at_most_one_second(p: Pipelin
     with pytest.raises(RuntimeError):
         p.schedule()
     assert sent_ids(p) == ["m-0"]
-    assert p.store.get_watermark(p.deadline()) == buckets.due_second(NOW_MS + 3600_000)
+    mark = p.store.read_watermark(p.deadline())
+    assert mark is not None
+    assert mark.second == buckets.due_second(NOW_MS + 3600_000)
     p.sqs.raise_after = None
     p.schedule()
     assert sorted(sent_ids(p)) == ["m-0", "m-1", "m-2"]
@@ -151,13 +154,14 @@ def test_a_scheduler_that_lost_the_race_stops_without_error(p: Pipeline) -> None
     store_due_in(p, 3600)
     p.clock.now_ms = NOW_MS + 3600_000 - 60_000
     start = buckets.due_second(p.clock()) - 1
-    p.store.advance_watermark(None, start, NOW_MS, p.deadline())
+    p.set_watermark(start)
     real_read = p.store.read_watermark
 
     def stale_read(deadline: Deadline) -> Watermark | None:
         """Another scheduler moves the watermark between our read and our write."""
         mark = real_read(deadline)
-        p.store.advance_watermark(start, start + 5000, NOW_MS, deadline)
+        if mark is not None:
+            p.store.write_watermark(mark, Watermark(start + 5000), NOW_MS, deadline)
         return mark
 
     p.store.read_watermark = stale_read  # type: ignore[method-assign]
