@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 
+from delayq import constants
 from delayq.contract import DelayRequest, Envelope, dead_letter_of, decode_body
 from delayq.payloads import PayloadStore, payload_key
 from delayq.queues import DelayQueue, SqsQueue
+from delayq.retry import Deadline
 from delayq.stats import DeliveryStats, FlushPolicy
 from tests.factories import (
     NOW_MS,
@@ -310,3 +314,57 @@ def test_deliveries_are_recorded_as_one_stats_item_per_minute(p: Pipeline) -> No
     orders = item["targets"]["M"]["orders.timeout"]["M"]
     assert orders["messages"]["N"] == "2"
     assert orders["late_max_ms"]["N"] == "250"
+
+
+def test_offloaded_values_are_fetched_ahead_within_the_memory_budget(
+    p: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 20 values of 300 KB, a budget of 1 MB: never more than the budget (plus the value
+    # needed next) is fetched and not yet produced, whatever the batch holds.
+    monkeypatch.setattr(constants, "EMIT_FETCH_BUDGET_BYTES", 1_000_000)
+    size = 300_000
+    produced_bytes: list[int] = []
+    in_flight: list[int] = []
+
+    class Counting(PayloadStore):
+        submitted = 0
+
+        def submit_restore(self, request: DelayRequest, deadline: Deadline) -> Any:
+            Counting.submitted += request.offloaded_bytes
+            in_flight.append(Counting.submitted - sum(produced_bytes))
+            return super().submit_restore(request, deadline)
+
+    class Recording(FakeProducer):
+        def produce(self, topic: str, value: bytes | None = None, **kwargs: Any) -> None:
+            produced_bytes.append(len(value or b""))
+            super().produce(topic, value, **kwargs)
+
+    p.payloads = Counting(p.aws.s3, p.settings.payload_bucket, no_sleep_backoff())
+    p.producer = Recording(clock=p.clock)
+    entries = []
+    for i in range(20):
+        request = DelayRequest(
+            f"big-{i}", "reminders", NOW_MS, None, bytes([i]) * size, (), "t-0-1"
+        )
+        pointer = p.payloads.offload(request, p.deadline())
+        entries.append(
+            SentEntry(p.settings.delay_queue_url, Envelope(pointer).encode(), 0, p.clock())
+        )
+    result = p.emit(entries)
+    assert (len(result.deliveries), result.failed) == (20, [])
+    assert [o.value for o in p.producer.produced] == [bytes([i]) * size for i in range(20)]
+    assert max(in_flight) <= 1_000_000 + size
+
+
+def test_a_bundle_carries_at_most_its_budget_of_offloaded_bytes(p: Pipeline) -> None:
+    # A pointer is small; the value it points at is not: bundles count the value.
+    big = b"x" * (p.settings.offload_threshold_bytes + 1)
+    records = [
+        kafka_record(offset=i, target="reminders", seconds="30", value=big, id=f"b-{i}")
+        for i in range(60)
+    ]
+    p.ingest(kafka_event(*records))
+    per_bundle = [len(decode_body(e.body)) for e in p.delayed()]
+    assert sum(per_bundle) == 60
+    assert max(per_bundle) * len(big) <= constants.BUNDLE_MAX_OFFLOADED_BYTES
+    assert len(per_bundle) > 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -14,6 +15,7 @@ import pytest
 from confluent_kafka import KafkaError
 from moto import mock_aws
 
+from delayq.contract import DelayRequest, delivery_headers
 from delayq.exceptions import ConfigurationError
 from delayq.kafka import (
     NO_REPORT,
@@ -457,3 +459,51 @@ def test_message_max_bytes_follows_the_payload_limit(max_payload: int, expected:
     # librdkafka's default (1,000,000) would refuse a 1 MiB value that ingest accepts.
     config = producer_config(kafka_settings(max_payload_bytes=max_payload))
     assert config["message.max.bytes"] == expected
+
+
+# --- the largest record ingest accepts fits the producer ----------------------------------------
+
+
+def largest_accepted_record(settings: Settings) -> OutRecord:
+    """Key + value + user headers at the payload limit, the longest id, the delivery headers."""
+    request = DelayRequest(
+        "\U0001f600" * 256,  # 1,024 bytes of UTF-8: the longest id
+        "orders.timeout",
+        2**53,
+        b"k" * 1000,
+        b"",
+        (("trace", b"t" * 1000),),
+        "delay-requests-11-123456789",
+    )
+    value = b"v" * (settings.max_payload_bytes - request.size)
+    request = replace(request, value=value)
+    assert request.size == settings.max_payload_bytes
+    return OutRecord(
+        request.target,
+        request.key,
+        request.value,
+        delivery_headers(request, 2**53, 2**31),
+    )
+
+
+@pytest.mark.parametrize("max_payload", [1024 * 1024, 5 * 1024 * 1024])
+def test_librdkafka_takes_the_largest_record_ingest_accepts(max_payload: int) -> None:
+    settings = kafka_settings(max_payload_bytes=max_payload)
+    # No broker is needed: librdkafka checks a record's size when it is produced.
+    config = {**producer_config(settings), "bootstrap.servers": "127.0.0.1:1"}
+    producer = confluent_kafka.Producer(config)
+    record = largest_accepted_record(settings)
+    producer.produce(record.topic, value=record.value, key=record.key, headers=record.headers)
+    producer.purge()
+
+
+def test_librdkafkas_default_limit_would_refuse_a_1_mib_value() -> None:
+    # Why the limit is a setting: with the client's default, every 1 MiB message would fail.
+    settings = kafka_settings(max_payload_bytes=1024 * 1024)
+    config = {**producer_config(settings), "bootstrap.servers": "127.0.0.1:1"}
+    del config["message.max.bytes"]
+    producer = confluent_kafka.Producer(config)
+    record = largest_accepted_record(settings)
+    with pytest.raises(confluent_kafka.KafkaException) as caught:
+        producer.produce(record.topic, value=record.value, key=record.key, headers=record.headers)
+    assert caught.value.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE
