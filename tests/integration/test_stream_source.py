@@ -6,6 +6,7 @@ import base64
 import dataclasses
 import json
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -165,6 +166,40 @@ def test_exhausted_retries_send_the_batch_to_the_on_failure_destination(
     assert info["batchSize"] == 1
     assert info["streamArn"] == spec.stream_arn
     assert info["startSequenceNumber"] == info["endSequenceNumber"]
+
+
+def test_an_s3_destination_keeps_the_whole_failed_batch(
+    deployment: Deployment, endpoint: AwsEndpoint, running: Runner
+) -> None:
+    # As Lambda writes it to an S3 on-failure destination: the metadata and the records.
+    table = deployment.resources["MessageTable"].ref
+    bucket = f"failures-{uuid.uuid4().hex[:8]}"
+    s3 = endpoint.client("s3")
+    s3.create_bucket(Bucket=bucket)
+    put(endpoint, table, "poison", note={"S": "old image"})
+
+    def fail(event: Any, _context: Any) -> None:
+        raise RuntimeError("cannot handle")
+
+    spec = unfiltered(deployment, maximum_retry_attempts=0, bisect_on_error=False)
+    source = StreamEventSource(
+        LocalFunction.of(RecordingHandler(fail), "cleanup", timeout_seconds=10),
+        spec,
+        endpoint.client("dynamodbstreams"),
+        region=endpoint.region,
+        poll_interval=0.1,
+        retry_backoff_seconds=0.05,
+        s3=s3,
+        on_failure_bucket=bucket,
+    )
+    src = running(source)
+    assert wait_until(lambda: src.stats["skipped_batches"] == 1, 10)
+    (listed,) = s3.list_objects_v2(Bucket=bucket)["Contents"]
+    assert listed["Key"].startswith(f"aws/lambda/{source.mapping_id}/")
+    body = json.loads(s3.get_object(Bucket=bucket, Key=listed["Key"])["Body"].read())
+    assert body["DDBStreamBatchInfo"]["batchSize"] == 1
+    (record,) = body["payload"]["Records"]
+    assert record["dynamodb"]["NewImage"]["note"] == {"S": "old image"}
 
 
 def test_bisection_isolates_the_failing_record(
