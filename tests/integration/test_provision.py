@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
-from moto.sqs import models as sqs_models
 
 from delayq_local import (
     AwsEndpoint,
@@ -17,11 +15,9 @@ from delayq_local import (
     TemplateError,
     load_template,
     loads_template,
-    moto_fixes,
     provision,
     reachable,
 )
-from delayq_local.aws import DEFAULT_ACCOUNT
 from delayq_local.specs import KafkaEventSpec, ScheduleEventSpec, SqsEventSpec, StreamEventSpec
 from tests.integration.support import PROJECT_ROOT
 
@@ -59,53 +55,6 @@ def queue_attributes(endpoint: AwsEndpoint, url: str) -> dict[str, str]:
 def test_the_moto_server_answers_on_loopback(moto_server: MotoServer) -> None:
     assert moto_server.endpoint_url.startswith("http://127.0.0.1:")
     assert reachable(moto_server.endpoint_url)
-
-
-def test_moto_keeps_its_retention_semantics_with_the_speedups(
-    moto_server: MotoServer, endpoint: AwsEndpoint, stack_name: str
-) -> None:
-    sqs = endpoint.client("sqs")
-    url = sqs.create_queue(QueueName=stack_name, Attributes={"MessageRetentionPeriod": "60"})[
-        "QueueUrl"
-    ]
-    sqs.send_message(QueueUrl=url, MessageBody="new")
-    sqs.send_message(QueueUrl=url, MessageBody="old")
-    backend = sqs_models.sqs_backends[DEFAULT_ACCOUNT]["us-east-1"]
-    old = backend.get_queue(stack_name)._messages[1]
-    vars(old)["sent_timestamp"] = int(old.sent_timestamp or 0) - 61_000  # sent 61 s earlier
-
-    received = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
-
-    assert vars(sqs_models)["unix_time_millis"] is moto_fixes._unix_time_millis
-    assert [m["Body"] for m in received] == ["new"]
-    assert abs(vars(sqs_models)["unix_time"]() - time.time()) < 1
-
-
-def test_fifo_deduplication_lasts_five_minutes_even_after_a_delete(
-    moto_server: MotoServer, endpoint: AwsEndpoint, stack_name: str
-) -> None:
-    sqs = endpoint.client("sqs")
-    url = sqs.create_queue(QueueName=f"{stack_name}.fifo", Attributes={"FifoQueue": "true"})[
-        "QueueUrl"
-    ]
-
-    def send(body: str, dedup: str) -> None:
-        sqs.send_message(
-            QueueUrl=url, MessageBody=body, MessageGroupId="ticks", MessageDeduplicationId=dedup
-        )
-
-    def receive() -> list[str]:
-        messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
-        for m in messages:
-            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
-        return [m["Body"] for m in messages]
-
-    send("first", "tick-1")
-    assert receive() == ["first"]
-    send("again", "tick-1")  # deleted already, but within 5 minutes: a duplicate
-    send("next", "tick-2")
-
-    assert receive() == ["next"]
 
 
 def test_reachable_is_false_for_a_closed_port() -> None:
