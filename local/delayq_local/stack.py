@@ -29,7 +29,6 @@ from confluent_kafka.admin import AdminClient
 from delayq import constants as c
 from delayq.clock import handler_clock, set_handler_clock
 from delayq_local.aws import DEFAULT_REGION, AwsEndpoint, MotoServer, localstack_endpoint
-from delayq_local.cfn import Template, load_template
 from delayq_local.exceptions import LocalStackError, ProvisionError
 from delayq_local.faults import ActiveFaults, FaultPlan
 from delayq_local.kafka_mock import CONSUMER_TUNING, MockKafkaCluster
@@ -51,6 +50,7 @@ from delayq_local.specs import (
     SqsEventSpec,
     StreamEventSpec,
 )
+from delayq_local.template import Template, load_template
 
 log = logging.getLogger(__name__)
 

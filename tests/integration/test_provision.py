@@ -18,6 +18,7 @@ from delayq_local import (
     provision,
     reachable,
 )
+from delayq_local.provision import resource_rule
 from delayq_local.specs import KafkaEventSpec, ScheduleEventSpec, SqsEventSpec, StreamEventSpec
 from tests.integration.support import PROJECT_ROOT
 
@@ -36,6 +37,7 @@ EXPECTED_RESOURCES = {
     "PayloadBucket": "AWS::S3::Bucket",
     "AnalyticsBucket": "AWS::S3::Bucket",
 }
+CREATED_TYPES = {"AWS::SQS::Queue", "AWS::DynamoDB::Table", "AWS::S3::Bucket"}
 EXPECTED_FUNCTIONS = {
     "IngestFunction": KafkaEventSpec,
     "TimerFunction": ScheduleEventSpec,
@@ -218,8 +220,9 @@ def test_a_bad_stack_name_is_refused(fixture_template: Template, endpoint: AwsEn
 def test_the_real_template_provisions_and_wires_every_function(
     endpoint: AwsEndpoint, stack_name: str
 ) -> None:
+    template = load_template(PROJECT_ROOT / "template.yaml")
     deployment = provision(
-        load_template(PROJECT_ROOT / "template.yaml"),
+        template,
         stack_name,
         endpoint,
         {
@@ -239,3 +242,106 @@ def test_the_real_template_provisions_and_wires_every_function(
         assert path.is_file(), path
         assert attribute == "handler"
         assert spec.environment["DELAYQ_HORIZON_SECONDS"] == "900"  # from Globals
+    created = set(deployment.resources)
+    assert created == {k for k, r in template.resources.items() if r["Type"] in CREATED_TYPES}
+    assert "invokes no function" in deployment.skipped["DailyExportSchedule"]
+    assert {"IngestRole", "DeliveryReportJob", "DelayQueueAgeAlarm"} <= set(deployment.skipped)
+
+
+def test_every_resource_type_has_a_rule_and_unknown_types_are_refused() -> None:
+    assert resource_rule("AWS::SQS::Queue") == ("create", "")
+    assert resource_rule("AWS::Lambda::EventSourceMapping") == ("run", "")
+    assert resource_rule("AWS::CloudWatch::Dashboard")[0] == "skip"  # by service
+    assert resource_rule("AWS::S3::BucketPolicy")[0] == "skip"  # by type
+    with pytest.raises(TemplateError, match=r"no rule for AWS::Pipes::Pipe"):
+        resource_rule("AWS::Pipes::Pipe")
+
+
+def test_a_template_with_an_unknown_resource_type_is_refused(
+    endpoint: AwsEndpoint, stack_name: str
+) -> None:
+    template = loads_template("Resources:\n  P:\n    Type: AWS::Pipes::Pipe\n")
+
+    with pytest.raises(TemplateError, match="no rule for AWS::Pipes::Pipe"):
+        provision(template, stack_name, endpoint)
+
+
+def test_event_sources_keep_the_names_of_their_sam_events(deployment: Deployment) -> None:
+    names = {
+        logical_id: [event.name for event in spec.events]
+        for logical_id, spec in deployment.functions.items()
+    }
+
+    assert names == {
+        "IngestFunction": ["IngestMskEventSource"],  # a mapping resource: its logical id
+        "TimerFunction": ["Tick"],
+        "SchedulerFunction": ["Ticks"],
+        "EmitterFunction": ["Due"],
+        "CleanupFunction": ["Expired"],
+    }
+
+
+SCHEDULES = """
+Transform: AWS::Serverless-2016-10-31
+Resources:
+  Fn:
+    Type: AWS::Serverless::Function
+    Properties:
+      CodeUri: functions/timer/
+      Handler: app.handler
+      Runtime: python3.12
+      Events:
+        Rule:
+          Type: Schedule
+          Properties:
+            Schedule: rate(5 minutes)
+            Input: '{"source": "rule"}'
+        Scheduler:
+          Type: ScheduleV2
+          Properties:
+            ScheduleExpression: rate(1 hour)
+            State: DISABLED
+  Export:
+    Type: AWS::Scheduler::Schedule
+    Properties:
+      ScheduleExpression: rate(1 day)
+      FlexibleTimeWindow: {Mode: "OFF"}
+      Target:
+        Arn: arn:aws:scheduler:::aws-sdk:dynamodb:exportTableToPointInTime
+        RoleArn: arn:aws:iam::123456789012:role/export
+"""
+
+
+def test_schedules_that_invoke_a_function_are_run_and_others_are_skipped(
+    endpoint: AwsEndpoint, stack_name: str
+) -> None:
+    deployment = provision(loads_template(SCHEDULES), stack_name, endpoint)
+
+    rule, scheduler = deployment.functions["Fn"].events
+    assert isinstance(rule, ScheduleEventSpec)
+    assert (rule.name, rule.period_seconds, rule.input, rule.enabled) == (
+        "Rule",
+        300,
+        {"source": "rule"},
+        True,
+    )
+    assert isinstance(scheduler, ScheduleEventSpec)
+    assert (scheduler.name, scheduler.period_seconds, scheduler.enabled) == (
+        "Scheduler",
+        3600,
+        False,
+    )
+    assert "invokes no function" in deployment.skipped["Export"]
+    assert "permissions" in deployment.skipped["FnRole"]  # the role SAM made for the function
+
+
+def test_the_sam_translator_refusal_is_a_template_error(
+    endpoint: AwsEndpoint, stack_name: str
+) -> None:
+    template = loads_template(
+        "Transform: AWS::Serverless-2016-10-31\nResources:\n"
+        "  Fn:\n    Type: AWS::Serverless::Function\n    Properties: {Handler: app.handler}\n"
+    )
+
+    with pytest.raises(TemplateError, match="Invalid Serverless Application"):
+        provision(template, stack_name, endpoint)

@@ -44,10 +44,11 @@ def imported(name: str, path: Path, known: Mapping[str, Path]) -> Iterator[str]:
         else:
             continue
         for target in targets:
-            while target and target not in known:
-                target = target.rpartition(".")[0]
-            if target and target != name:
-                yield target
+            module = target
+            while module and module not in known:
+                module = module.rpartition(".")[0]
+            if module and module != name:
+                yield module
 
 
 def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
