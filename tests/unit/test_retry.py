@@ -6,7 +6,15 @@ import random
 from collections.abc import Sequence
 
 import pytest
-from botocore.exceptions import ClientError
+from botocore.exceptions import (
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    ParamValidationError,
+    ReadTimeoutError,
+)
 
 from delayq.exceptions import RetriesExhaustedError
 from delayq.retry import Backoff, Deadline, is_retryable, retry_call, retry_partial
@@ -69,6 +77,30 @@ def test_client_mistakes_are_not_retryable(code: str) -> None:
 
 def test_non_aws_errors_are_not_retryable() -> None:
     assert not is_retryable(TimeoutError("socket"))
+
+
+NETWORK_FAILURES = [
+    EndpointConnectionError(endpoint_url="https://sqs.us-east-1.amazonaws.com"),
+    ReadTimeoutError(endpoint_url="https://dynamodb.us-east-1.amazonaws.com"),
+    ConnectTimeoutError(endpoint_url="https://s3.amazonaws.com"),
+    ConnectionClosedError(endpoint_url="https://sqs.us-east-1.amazonaws.com"),
+]
+
+
+@pytest.mark.parametrize("error", NETWORK_FAILURES, ids=lambda e: type(e).__name__)
+def test_network_errors_are_retryable(error: Exception) -> None:
+    # They are not ClientError: the request never got an answer from the service.
+    assert not isinstance(error, ClientError)
+    assert is_retryable(error)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [NoCredentialsError(), ParamValidationError(report="bad parameter")],
+    ids=lambda e: type(e).__name__,
+)
+def test_botocore_errors_that_are_not_the_network_are_not_retryable(error: Exception) -> None:
+    assert not is_retryable(error)
 
 
 def test_a_client_error_without_error_or_metadata_is_not_retryable() -> None:
@@ -176,6 +208,30 @@ def test_retry_partial_retries_a_retryable_error_with_the_same_items() -> None:
 
     retry_partial("op", send, [1, 2], no_sleep_backoff(), ample())
     assert calls == [[1, 2], [1, 2]]
+
+
+@pytest.mark.parametrize("error", NETWORK_FAILURES, ids=lambda e: type(e).__name__)
+def test_retry_partial_retries_a_network_error_with_the_same_items(error: Exception) -> None:
+    calls: list[list[int]] = []
+
+    def send(items: list[int]) -> list[int]:
+        calls.append(items)
+        if len(calls) == 1:
+            raise error
+        return []
+
+    retry_partial("op", send, [1, 2], no_sleep_backoff(), ample())
+    assert calls == [[1, 2], [1, 2]]
+
+
+def test_retry_partial_turns_a_lasting_network_error_into_exhausted_retries() -> None:
+    def send(items: list[int]) -> list[int]:
+        raise EndpointConnectionError(endpoint_url="https://sqs.us-east-1.amazonaws.com")
+
+    with pytest.raises(RetriesExhaustedError) as caught:
+        retry_partial("op", send, [1, 2], no_sleep_backoff(3), ample())
+    assert caught.value.unsent == [1, 2]
+    assert caught.value.last_error.startswith("EndpointConnectionError: ")
 
 
 def test_retry_partial_reports_the_last_error_code_when_exhausted() -> None:

@@ -10,11 +10,9 @@ import dataclasses
 import hashlib
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError
-
 from delayq.contract import DelayRequest
 from delayq.exceptions import PayloadStoreError
-from delayq.retry import Backoff, Deadline, retry_call
+from delayq.retry import AWS_ERRORS, Backoff, Deadline, retry_call
 
 if TYPE_CHECKING:
     from delayq.contract import Rejection
@@ -109,5 +107,5 @@ class PayloadStore:
     def _call(self, operation: str, call: Any, deadline: Deadline) -> Any:
         try:
             return retry_call(operation, call, self._backoff, deadline)
-        except ClientError as e:
+        except AWS_ERRORS as e:
             raise PayloadStoreError(f"{operation}: {e}") from e

@@ -12,14 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from delayq import buckets
 from delayq import constants as c
 from delayq.contract import DelayRequest, Envelope, Rejection, bundle_bytes, encode_bundle
 from delayq.exceptions import QueueError
 from delayq.payloads import PayloadStore
-from delayq.retry import Backoff, Deadline, is_retryable, retry_call, retry_partial
+from delayq.retry import AWS_ERRORS, Backoff, Deadline, is_retryable, retry_call, retry_partial
 
 
 @dataclass(frozen=True)
@@ -69,7 +67,7 @@ class SqsQueue:
                     for i, o in chunk
                 ],
             )
-        except ClientError as e:
+        except AWS_ERRORS as e:
             if is_retryable(e):
                 raise
             raise QueueError(f"SendMessageBatch to {self.url} failed: {e}") from e
@@ -90,7 +88,7 @@ class SqsQueue:
                 self._backoff,
                 deadline,
             )
-        except ClientError as e:
+        except AWS_ERRORS as e:
             raise QueueError(f"ChangeMessageVisibility failed: {e}") from e
 
 
@@ -201,7 +199,7 @@ class TickQueue:
                 self._backoff,
                 deadline,
             )
-        except ClientError as e:
+        except AWS_ERRORS as e:
             raise QueueError(f"sending tick {dedup} failed: {e}") from e
         return dedup
 

@@ -32,8 +32,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from delayq import constants as c
 from delayq import runtime
 from delayq.clock import Clock, Sleep, system_clock
@@ -41,7 +39,7 @@ from delayq.contract import BodyEntry, Reason, Rejection, decode_body
 from delayq.exceptions import ConfigurationError, DelayQueueError, EnvelopeError, QueueError
 from delayq.ingest import IngestServices, ingest_batch, parse_batch
 from delayq.payloads import parse_ref
-from delayq.retry import Backoff, Deadline, is_retryable, retry_call, retry_partial
+from delayq.retry import AWS_ERRORS, Backoff, Deadline, is_retryable, retry_call, retry_partial
 from delayq.settings import Settings
 
 #: The keys of a reject the emitter wrote: the delay-queue message, not a Kafka record.
@@ -188,7 +186,7 @@ class SourceQueue:
                 self._backoff,
                 deadline,
             )
-        except ClientError as e:
+        except AWS_ERRORS as e:
             raise QueueError(f"ReceiveMessage from {self.url} failed: {e}") from e
         return [
             SourceMessage(m["MessageId"], m["ReceiptHandle"], m["Body"])
@@ -229,7 +227,7 @@ class SourceQueue:
                         {"Id": str(i), "ReceiptHandle": m.receipt_handle, **extra} for i, m in chunk
                     ],
                 )
-            except ClientError as e:
+            except AWS_ERRORS as e:
                 if is_retryable(e):
                     raise
                 raise QueueError(f"{operation} ({self.url}): {e}") from e
@@ -344,6 +342,10 @@ def redrive(
         if bucket is not None:
             run.report.waited_seconds = bucket.waited_seconds
     return run.report
+
+
+#: What reading an oversize rejected record from S3 may raise (it then stays on the source).
+_RECORD_READ_ERRORS: tuple[type[Exception], ...] = (*AWS_ERRORS, DelayQueueError, ValueError)
 
 
 class _UnusableMessageError(Exception):
@@ -503,7 +505,7 @@ class _Run:
                 self.deadline(),
             )
             return json.loads(response["Body"].read())
-        except (ClientError, DelayQueueError, ValueError) as e:
+        except _RECORD_READ_ERRORS as e:
             raise _UnusableMessageError(f"record_ref {ref} cannot be read: {e}") from e
 
 

@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from delayq.exceptions import RetriesExhaustedError
 
@@ -35,13 +36,31 @@ RETRYABLE_CODES = frozenset(
 )
 
 
+# What a call can raise that is not the service's answer: the network failed (connection
+# refused or reset, DNS, TLS, read timeout). botocore's own retries (standard mode) have
+# already been spent when one of these reaches us.
+NETWORK_ERRORS: tuple[type[BotoCoreError], ...] = (BotoConnectionError, HTTPClientError)
+# Everything a boto3 call may raise: the service's answer or botocore's own failure.
+AWS_ERRORS: tuple[type[Exception], ...] = (ClientError, BotoCoreError)
+
+
 def is_retryable(error: BaseException) -> bool:
-    """Throttling and server-side errors are worth another try; client mistakes are not."""
+    """Throttling, server-side and network errors are worth another try; client mistakes
+    (a bad parameter, a refused condition, missing credentials) are not."""
+    if isinstance(error, NETWORK_ERRORS):
+        return True
     if not isinstance(error, ClientError):
         return False
     code = error.response.get("Error", {}).get("Code", "")
     status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
     return code in RETRYABLE_CODES or status >= 500
+
+
+def error_code(error: BaseException) -> str:
+    """The service's error code, or the exception's class name for a network error."""
+    if isinstance(error, ClientError):
+        return str(error.response.get("Error", {}).get("Code", "error"))
+    return type(error).__name__
 
 
 class Deadline:
@@ -95,7 +114,8 @@ def retry_partial(
 ) -> None:
     """Call ``send`` until it accepts every item; ``send`` returns the items it did not take.
 
-    A retryable exception retries the whole remaining set; any other exception propagates.
+    A retryable exception (throttling, 5xx, a network error) retries the whole remaining set;
+    any other exception propagates.
     Raises :class:`RetriesExhaustedError` carrying the unsent items when attempts or time
     run out, so the caller can fail the invocation (or report those items) and lose nothing.
     """
@@ -107,10 +127,10 @@ def retry_partial(
         try:
             pending = list(send(pending))
             last_error = f"{len(pending)} item(s) rejected by the service"
-        except ClientError as e:
+        except AWS_ERRORS as e:
             if not is_retryable(e):
                 raise
-            last_error = f"{e.response.get('Error', {}).get('Code', 'error')}: {e}"
+            last_error = f"{error_code(e)}: {e}"
         if not pending:
             return
         pause = backoff.delay(attempt)

@@ -20,7 +20,7 @@ from delayq import buckets
 from delayq import constants as c
 from delayq.contract import DelayRequest, headers_from_json, headers_json
 from delayq.exceptions import StoreError, WatermarkConflictError
-from delayq.retry import Backoff, Deadline, is_retryable, retry_call, retry_partial
+from delayq.retry import AWS_ERRORS, Backoff, Deadline, is_retryable, retry_call, retry_partial
 
 Item = dict[str, Any]
 T = TypeVar("T")
@@ -214,7 +214,7 @@ class MessageStore:
             response = self._client.batch_write_item(
                 RequestItems={self._table: [{"PutRequest": {"Item": i}} for i in chunk]}
             )
-        except ClientError as e:
+        except AWS_ERRORS as e:
             if is_retryable(e):
                 raise
             raise StoreError(f"BatchWriteItem failed: {e}") from e
@@ -397,5 +397,5 @@ class MessageStore:
     def _call(self, operation: str, call: Callable[[], T], deadline: Deadline) -> T:
         try:
             return retry_call(operation, call, self._backoff, deadline)
-        except ClientError as e:
+        except AWS_ERRORS as e:
             raise StoreError(f"{operation}: {e}") from e
