@@ -134,7 +134,7 @@ def scheduler_probe(
         ]
         for chunk in batched(requests, 1000):
             pipeline.store.put_messages(chunk, NOW_MS, deadline)
-        pipeline.store.advance_watermark(None, second - 1, NOW_MS, deadline)
+        pipeline.store.create_watermark(second - 1, NOW_MS, deadline)
         clock = pipeline.clock
         sqs = LatencyClient(pipeline.sqs, clock, {"send_message_batch": send_latency_ms})
         ddb = LatencyClient(
@@ -151,7 +151,7 @@ def scheduler_probe(
             before = _queued_messages(pipeline, s.delay_queue_url)
             end = start + timeout_s * 1000
             sqs.hard_stop_ms = ddb.hard_stop_ms = end
-            watermark_before = pipeline.store.get_watermark(deadline)
+            watermark_before = _watermark(pipeline, deadline)
             stopped = False
             try:
                 run_scheduler(
@@ -164,7 +164,7 @@ def scheduler_probe(
             except LambdaTimeoutError:
                 stopped = True
             sqs.hard_stop_ms = ddb.hard_stop_ms = None
-            watermark_after = pipeline.store.get_watermark(deadline)
+            watermark_after = _watermark(pipeline, deadline)
             sent = _queued_messages(pipeline, s.delay_queue_url) - before
             result.ticks.append(
                 TickOutcome(
@@ -413,3 +413,9 @@ def scale_out_model(
 def steady_emitter_concurrency(per_second: float, hold_ms: float, batch: float) -> int:
     """Concurrent emitter invocations needed at a steady rate when each batch is held."""
     return math.ceil(per_second * (hold_ms / 1000) / batch)
+
+
+def _watermark(pipeline: InMemoryPipeline, deadline: Deadline) -> int | None:
+    """The watermark's second (None: none yet)."""
+    mark = pipeline.store.read_watermark(deadline)
+    return None if mark is None else mark.second

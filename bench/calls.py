@@ -167,7 +167,7 @@ def run_path(path: str, count: int, workload: Workload = ISSUE_7, seed: int = 11
         due_seconds = math.ceil(long_count / max(1, round(workload.long_per_second)))
         deadline = pipeline.deadline()
         # Steady state: the watermark item exists, just behind the seconds we will schedule.
-        pipeline.store.advance_watermark(None, first - 1, NOW_MS, deadline)
+        pipeline.store.create_watermark(first - 1, NOW_MS, deadline)
         pipeline.counter.reset()
         stages: dict[str, dict[str, int]] = {}
         queue_messages = 0

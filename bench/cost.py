@@ -79,6 +79,9 @@ PRICES: Final[Mapping[str, Price]] = {
         0.005 / 1000, "PUT/COPY/POST/LIST request", "https://aws.amazon.com/s3/pricing/"
     ),
     "s3_get": Price(0.0004 / 1000, "GET request", "https://aws.amazon.com/s3/pricing/"),
+    "s3_storage_gb_month": Price(
+        0.023, "GB-month of S3 Standard (first 50 TB)", "https://aws.amazon.com/s3/pricing/"
+    ),
     "cloudwatch_logs_gb": Price(
         0.50,
         "GB ingested (standard log class)",
@@ -99,9 +102,10 @@ def price(name: str) -> float:
 
 LAMBDA_FULL_VCPU_MB: Final = 1769  # Lambda allocates CPU in proportion to memory: 1 vCPU here
 SQS_RECEIVE_MAX: Final = 10
-# An eventually consistent read of a key that is not there (a cancel marker that does not
-# exist): the emitter checks every message (the scheduler, where it still does, long ones).
-MISSING_KEY_RRU: Final = 0.5
+# A strongly consistent read of a key that is not there (a cancel marker that does not exist):
+# the emitter checks every message, strongly consistent so that a cancel written before the
+# check is seen (an eventually consistent read would cost half).
+MISSING_KEY_RRU: Final = 1.0
 SCHEDULER_SAFETY_S: Final = 10  # functions/scheduler/app.py: Deadline(safety_ms=10_000)
 
 
@@ -412,7 +416,8 @@ def _queues_and_table(
         "DynamoDB reads",
         rru * price("dynamodb_rru"),
         f"{float(lg['dynamodb_rru']):.3f} RRU per long message, {float(s['dynamodb_rru']):.3f} "
-        f"per short (measured; cancel-marker BatchGetItem, 0.5 RRU per key found or not, by "
+        f"per short (measured; strongly consistent cancel-marker BatchGetItem, 1 RRU per key "
+        f"found or not, by "
         + ("the scheduler and the emitter" if scheduler_reads_cancel_markers(m) else "the emitter")
         + ")",
     )
@@ -704,6 +709,29 @@ def step_functions(
     return cost
 
 
+# Days an offloaded payload is kept, beyond its delay, for the default maximum delay of 7 days
+# (template Mappings PayloadRetention: 31 days in all): no function deletes a payload, so
+# every copy of its message (duplicates, retries, dead letters) finds it.
+PAYLOAD_RETENTION_DAYS: Final = 31
+DAYS_PER_MONTH: Final = 30.42
+
+
+def offloaded_payload(value_bytes: int, deliveries: float = 1.0) -> dict[str, Any]:
+    """What one message whose value goes through the S3 claim-check adds, per million: a PUT
+    at ingest, a GET per delivery, and the object's storage until the lifecycle rule
+    expires it (the retention, whatever the delay)."""
+    gb = value_bytes / 2**30
+    storage = gb * price("s3_storage_gb_month") * PAYLOAD_RETENTION_DAYS / DAYS_PER_MONTH
+    requests = price("s3_put") + deliveries * price("s3_get")
+    return {
+        "value_bytes": value_bytes,
+        "retention_days": PAYLOAD_RETENTION_DAYS,
+        "usd_per_million": round((storage + requests) * 1e6, 4),
+        "storage_usd_per_million": round(storage * 1e6, 4),
+        "requests_usd_per_million": round(requests * 1e6, 4),
+    }
+
+
 @dataclass
 class CostModel:
     """Every design, with the inputs and assumptions they were computed from."""
@@ -741,6 +769,8 @@ class CostModel:
             },
             "designs": {k: d.as_dict() for k, d in self.designs.items()},
             "sensitivity": self.sensitivity,
+            # On top of this design's figure, for each message whose value is offloaded.
+            "offloaded_payload": [offloaded_payload(size) for size in (256 * 1024, 2**20)],
         }
 
 

@@ -205,7 +205,7 @@ def prepare_scheduler(
         deadline = pipeline.deadline()
         for chunk in batched(requests, 500):
             pipeline.store.put_messages(chunk, NOW_MS, deadline)
-        pipeline.store.advance_watermark(None, first - 1, NOW_MS, deadline)
+        pipeline.store.create_watermark(first - 1, NOW_MS, deadline)
         last = first + seconds - 1
         pipeline.clock.now_ms = (last - s.lookahead_seconds) * 1000
 

@@ -225,7 +225,10 @@ class _Expression:
             raise _error(self.operation, "ValidationException", f"undefined value {token}") from e
 
     def condition(self, text: str, item: Mapping[str, Any] | None) -> bool:
-        """Evaluate a one-term condition (comparison or attribute_(not_)exists)."""
+        """Evaluate a condition: terms (comparison or attribute_(not_)exists) joined by OR."""
+        terms = text.split(" OR ")
+        if len(terms) > 1:
+            return any(self.condition(term.strip(), item) for term in terms)
         match = _EXISTS.match(text)
         if match:
             present = item is not None and self.name(match.group(2)) in item

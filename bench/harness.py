@@ -103,6 +103,7 @@ class InMemoryPipeline:
     store: MessageStore
     payloads: PayloadStore
     delay_queue: DelayQueue
+    dead_letters: DelayQueue
     rejects: RejectQueue
     stats: DeliveryStats
     invocations: Invocations = field(default_factory=Invocations)
@@ -118,12 +119,16 @@ class InMemoryPipeline:
         dynamodb.create_table(TABLE)
         sqs = FakeSqs(counter, clock)
         delay_url = sqs.create_queue(QueueName="delayq-delay")["QueueUrl"]
+        dlq_url = sqs.create_queue(QueueName="delayq-delay-dlq")["QueueUrl"]
         reject_url = sqs.create_queue(QueueName="delayq-reject")["QueueUrl"]
         tick_url = sqs.create_queue(QueueName="delayq-tick.fifo")["QueueUrl"]
         s3 = FakeS3(counter)
         s3.create_bucket(Bucket=BUCKET)
         s = (settings or bench_settings()).with_overrides(
-            delay_queue_url=delay_url, reject_queue_url=reject_url, tick_queue_url=tick_url
+            delay_queue_url=delay_url,
+            reject_queue_url=reject_url,
+            tick_queue_url=tick_url,
+            delay_dlq_url=dlq_url,
         )
         backoff = no_sleep_backoff()
         store = MessageStore(
@@ -146,6 +151,7 @@ class InMemoryPipeline:
             store=store,
             payloads=payloads,
             delay_queue=DelayQueue(SqsQueue(sqs, s.delay_queue_url, backoff), s.emit_lead_ms),
+            dead_letters=DelayQueue(SqsQueue(sqs, s.delay_dlq_url, backoff), s.emit_lead_ms),
             rejects=RejectQueue(SqsQueue(sqs, s.reject_queue_url, backoff), payloads),
             stats=DeliveryStats(instance_id="bench"),
         )
@@ -185,10 +191,12 @@ class InMemoryPipeline:
 
     def emitter_services(self) -> EmitterServices:
         """What one emitter execution environment holds."""
+        producer = self.producer
         return EmitterServices(
-            delivery=KafkaDelivery(self.producer, self.settings.kafka_timeout_seconds),
+            delivery=KafkaDelivery(lambda _on_error: producer, self.settings.kafka_timeout_seconds),
             store=self.store,
-            delay_queue=self.delay_queue.queue,
+            delay_queue=self.delay_queue,
+            dead_letters=self.dead_letters,
             rejects=self.rejects,
             payloads=self.payloads,
             stats=self.stats,

@@ -171,6 +171,7 @@ def _child(bootstrap: str, batches: int, batch_size: int) -> dict[str, Any]:
         "DELAYQ_TABLE_NAME": settings.table_name,
         "DELAYQ_DELAY_QUEUE_URL": settings.delay_queue_url,
         "DELAYQ_REJECT_QUEUE_URL": settings.reject_queue_url,
+        "DELAYQ_DELAY_DLQ_URL": settings.delay_dlq_url,
         "DELAYQ_PAYLOAD_BUCKET": settings.payload_bucket,
         "DELAYQ_ALLOWED_TARGETS": ",".join(settings.allowed_targets),
     }

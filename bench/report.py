@@ -313,6 +313,15 @@ def _details(doc: Mapping[str, Any]) -> list[str]:
         "    sensitivity: "
         + "; ".join(f"{v['variant']} ${v['usd_per_million']:.2f}" for v in details["sensitivity"])
     )
+    out.append(
+        "    offloaded values (S3 claim-check, kept until the lifecycle expires them): "
+        + "; ".join(
+            f"{p['value_bytes'] // 1024} KiB +${p['usd_per_million']:.2f} per million "
+            f"(storage {p['retention_days']} days ${p['storage_usd_per_million']:.2f}, "
+            f"requests ${p['requests_usd_per_million']:.2f})"
+            for p in details["offloaded_payload"]
+        )
+    )
     return out
 
 

@@ -308,7 +308,8 @@ def findings(doc: dict[str, Any]) -> list[str]:
                 if scheduler_cancel_reads
                 else "are read once per message (the emitter's BatchGetItem"
             )
-            + ", 0.5 RRU per key even when absent)"
+            + ", strongly consistent: 1 RRU per key even when absent;"
+            " plus the scheduler's strongly consistent Queries)"
         )
     if not t["sqs"]["met"]:
         out.append(f"SQS: {req['sqs']:.3f} requests per message, over 0.35")

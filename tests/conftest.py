@@ -90,7 +90,10 @@ def aws(settings: Settings) -> Iterator[AwsResources]:
         s3 = boto3.client("s3", region_name=REGION)
         s3.create_bucket(Bucket=settings.payload_bucket)
         wired = settings.with_overrides(
-            delay_queue_url=delay, tick_queue_url=tick, reject_queue_url=reject
+            delay_queue_url=delay,
+            tick_queue_url=tick,
+            reject_queue_url=reject,
+            delay_dlq_url=delay_dlq,
         )
         yield AwsResources(
             wired,

@@ -13,6 +13,7 @@ from types import ModuleType
 from typing import Any
 
 from botocore.exceptions import ClientError
+from confluent_kafka import KafkaError
 from hypothesis import settings as hypothesis_settings
 
 from delayq.contract import DelayRequest
@@ -199,8 +200,9 @@ class Produced:
 class FakeProducer:
     """confluent_kafka.Producer's produce/poll/flush contract, in memory.
 
-    ``fail_topics`` get a delivery error; ``silent`` records never get a report (a flush
-    timeout); ``refuse`` makes produce() itself raise.
+    ``fail_topics`` get a delivery error the cluster's refusal (unknown topic); ``unavailable``
+    fails every record as an unreachable cluster does (message timed out); ``silent`` records
+    never get a report (a flush timeout); ``refuse`` makes produce() itself raise.
     """
 
     def __init__(
@@ -209,11 +211,13 @@ class FakeProducer:
         fail_topics: set[str] | None = None,
         silent: bool = False,
         refuse: bool = False,
+        unavailable: bool = False,
         clock: Any = None,
     ) -> None:
         self.produced: list[Produced] = []
         self.produced_at: list[int] = []
         self.fail_topics = fail_topics or set()
+        self.unavailable = unavailable
         self.silent = silent
         self.refuse = refuse
         self._clock = clock
@@ -241,8 +245,10 @@ class FakeProducer:
         if self.silent:
             return len(self._pending)
         for callback, record in self._pending:
-            if record.topic in self.fail_topics:
-                callback("KafkaError{code=UNKNOWN_TOPIC_OR_PART}", None)
+            if self.unavailable:
+                callback(KafkaError(KafkaError._MSG_TIMED_OUT), None)
+            elif record.topic in self.fail_topics:
+                callback(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART), None)
             else:
                 self.produced.append(record)
                 callback(None, record)

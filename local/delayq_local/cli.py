@@ -26,6 +26,7 @@ from delayq.clock import Clock, Sleep, system_clock
 from delayq.exceptions import ConfigurationError, DelayQueueError
 from delayq.redrive import RedriveReport, RedriveSource, redrive, redrive_services
 from delayq.settings import Settings
+from delayq.stream_failures import FAILED_BATCH_PREFIX
 from delayq_local.aws import AwsEndpoint
 from delayq_local.demo import DemoOptions, run_demo
 from delayq_local.exceptions import LocalStackError
@@ -156,7 +157,9 @@ def _parser(clock: Clock, sleep: Sleep) -> argparse.ArgumentParser:
         help="move dead-lettered messages back into the pipeline",
         description="delay-dlq: envelopes the emitter failed to deliver go back to the delay "
         "queue. rejects: rejected records are ingested again under the current settings "
-        "(those still invalid go back with their new reason). Exit status: 0, 1 when a "
+        "(those still invalid go back with their new reason). cleanup-failures: the stream "
+        "batches the cleanup function gave up on (in the payload bucket) go to the delay "
+        "queue; --limit counts batches. Exit status: 0, 1 when a "
         "message failed (it stays on the source) or the run broke off, 2 for usage or "
         "configuration errors.",
     )
@@ -451,10 +454,13 @@ def _redrive(args: argparse.Namespace, *, clock: Clock, sleep: Sleep) -> int:
         stack.environ, **({"region": stack.region} if stack.region else {})
     )
     source = RedriveSource(args.source)
-    url = args.queue_url or (
-        stack.outputs.get(DELAY_DLQ_OUTPUT)
-        if source is RedriveSource.DELAY_DLQ
-        else settings.reject_queue_url
+    url = (
+        args.queue_url
+        or {
+            RedriveSource.DELAY_DLQ: stack.outputs.get(DELAY_DLQ_OUTPUT),
+            RedriveSource.REJECTS: settings.reject_queue_url,
+            RedriveSource.CLEANUP_FAILURES: f"s3://{settings.payload_bucket}/{FAILED_BATCH_PREFIX}",
+        }[source]
     )
     if not url:
         raise LocalStackError(

@@ -83,6 +83,9 @@ class TimeCompression:
             c.ENV_LOOKAHEAD_SECONDS: str(self.lookahead_seconds),
             c.ENV_TICK_SECONDS: str(self.tick_seconds),
             c.ENV_TTL_GRACE_SECONDS: str(self.ttl_grace_seconds),
+            # The compressed gap between horizon and look-ahead is the time ingest may take
+            # to store a batch (in AWS the template sets it to the function's timeout).
+            c.ENV_INGEST_TIMEOUT_SECONDS: str(self.horizon_seconds - self.lookahead_seconds),
         }
 
 
@@ -505,13 +508,15 @@ class EmbeddedStack:
             poll_interval=self.config.stream_poll_seconds,
             sqs=self.client("sqs"),
             on_failure_queue_url=self._sqs_destination(event.on_failure_arn),
+            s3=self.client("s3"),
+            on_failure_bucket=_s3_destination(event.on_failure_arn),
         )
 
     def _sqs_destination(self, arn: str | None) -> str | None:
-        if not arn:
+        if not arn or _s3_destination(arn):
             return None
         if not arn.startswith("arn:aws:sqs:"):
-            log.warning("failure destination %s is not an SQS queue: not emulated", arn)
+            log.warning("failure destination %s is not an SQS queue or S3 bucket", arn)
             return None
         try:
             return self._queue_url(arn)
@@ -573,3 +578,13 @@ def environ_during(values: Mapping[str, str]) -> Iterator[None]:
         yield
     finally:
         _restore_environ(saved)
+
+
+_S3_ARN_PREFIX: Final = "arn:aws:s3:::"
+
+
+def _s3_destination(arn: str | None) -> str | None:
+    """The bucket of an S3 on-failure destination, else None."""
+    if arn and arn.startswith(_S3_ARN_PREFIX):
+        return arn.removeprefix(_S3_ARN_PREFIX)
+    return None

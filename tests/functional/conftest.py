@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from delayq import buckets
 from delayq.emitter import EmitResult, EmitterServices, emit_batch, messages_from_event
 from delayq.ingest import IngestResult, IngestServices, ingest_batch
 from delayq.kafka import KafkaDelivery
@@ -17,7 +18,7 @@ from delayq.retry import Backoff, Deadline
 from delayq.scheduler import ScheduleResult, run_scheduler
 from delayq.settings import Settings
 from delayq.stats import DeliveryStats
-from delayq.store import MessageStore
+from delayq.store import MessageStore, Watermark
 from tests.factories import (
     AwsResources,
     FakeClock,
@@ -43,6 +44,7 @@ class Pipeline:
     store: MessageStore
     payloads: PayloadStore
     delay_queue: DelayQueue
+    dead_letters: DelayQueue
     rejects: RejectQueue
     ticks: TickQueue
     producer: FakeProducer
@@ -74,6 +76,26 @@ class Pipeline:
             deadline=self.deadline(),
         )
 
+    def set_watermark(self, second: int) -> Watermark:
+        """Put the scheduler's progress at ``second`` (created, or moved from where it is)."""
+        mark = self.store.read_watermark(self.deadline())
+        if mark is None:
+            return self.store.create_watermark(second, self.clock(), self.deadline())
+        return self.store.write_watermark(mark, Watermark(second), self.clock(), self.deadline())
+
+    def pass_empty_seconds(self) -> None:
+        """Move the watermark to just before the earliest stored message, as a scheduler that
+        ran every minute would have: seconds before it are empty. Tests that jump the clock
+        hours ahead then do not make the scheduler query thousands of empty seconds on moto."""
+        items = self.aws.dynamodb.scan(TableName=self.settings.table_name)["Items"]
+        dues = [int(i["due_ms"]["N"]) for i in items if i.get("kind", {}).get("S") == "msg"]
+        mark = self.store.read_watermark(self.deadline())
+        if not dues or mark is None:
+            return
+        target = buckets.due_second(min(dues)) - 2
+        if target > mark.second:
+            self.store.write_watermark(mark, Watermark(target), self.clock(), self.deadline())
+
     def schedule(self, deadline: Deadline | None = None) -> ScheduleResult:
         return run_scheduler(
             settings=self.settings,
@@ -89,14 +111,7 @@ class Pipeline:
         receive_count: int = 1,
         receipt_handles: list[str] | None = None,
     ) -> EmitResult:
-        services = EmitterServices(
-            KafkaDelivery(self.producer, 1.0),
-            self.store,
-            self.delay_queue.queue,
-            self.rejects,
-            self.payloads,
-            self.stats,
-        )
+        services = self.emitter_services()
         event = sqs_event(entries, receive_count)
         for record, handle in zip(event["Records"], receipt_handles or [], strict=False):
             record["receiptHandle"] = handle
@@ -109,8 +124,25 @@ class Pipeline:
             deadline=self.deadline(),
         )
 
+    def emitter_services(self, *, delay_queue: DelayQueue | None = None) -> EmitterServices:
+        """The emitter's adapters on this pipeline (``delay_queue`` replaces its own)."""
+        producer = self.producer
+        return EmitterServices(
+            KafkaDelivery(lambda _on_error: producer, 1.0),
+            self.store,
+            delay_queue or self.delay_queue,
+            self.dead_letters,
+            self.rejects,
+            self.payloads,
+            self.stats,
+        )
+
     def delayed(self) -> list[SentEntry]:
         return self.sqs.to(self.settings.delay_queue_url)
+
+    def dead_lettered(self) -> list[SentEntry]:
+        """What the emitter sent to the delay queue's dead-letter queue."""
+        return self.sqs.to(self.settings.delay_dlq_url)
 
     def deliver_released(self, until_ms: int | None = None) -> EmitResult:
         """Emit the recorded delay-queue entries not emitted yet that SQS releases up to
@@ -138,6 +170,8 @@ class Pipeline:
             total.deliveries += result.deliveries
             total.cancelled += result.cancelled
             total.redelayed += result.redelayed
+            total.requeued += result.requeued
+            total.dead_lettered += result.dead_lettered
             total.rejected += result.rejected
             total.errors += result.errors
         self.clock.now_ms = latest
@@ -167,6 +201,7 @@ def pipeline(aws: AwsResources, clock: FakeClock) -> Pipeline:
         store=store,
         payloads=payloads,
         delay_queue=DelayQueue(SqsQueue(sqs, s.delay_queue_url, backoff), s.emit_lead_ms),
+        dead_letters=DelayQueue(SqsQueue(sqs, s.delay_dlq_url, backoff), s.emit_lead_ms),
         rejects=RejectQueue(SqsQueue(sqs, s.reject_queue_url, backoff), payloads),
         ticks=TickQueue(sqs, s.tick_queue_url, backoff),
         producer=FakeProducer(clock=clock),

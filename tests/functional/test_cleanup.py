@@ -1,10 +1,9 @@
-"""Cleanup: TTL removals of never-scheduled messages are re-driven; others only cleaned."""
+"""Cleanup: TTL removals that may never have been scheduled are re-driven; nothing deleted."""
 
 from __future__ import annotations
 
 import base64
 import json
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -12,9 +11,11 @@ import pytest
 from delayq import buckets
 from delayq.cleanup import CleanupServices, Outcome, TtlCleanup, is_ttl_removal
 from delayq.contract import DelayRequest
+from delayq.exceptions import DelayQueueError
 from delayq.payloads import payload_key
-from delayq.store import message_item
-from tests.factories import NOW_MS
+from delayq.queues import DelayQueue, SqsQueue
+from delayq.store import Watermark, message_item
+from tests.factories import NOW_MS, ClientProxy, client_error
 from tests.functional.conftest import Pipeline
 
 TTL_IDENTITY = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
@@ -46,13 +47,13 @@ def removal(
 
 
 def cleanup(p: Pipeline) -> TtlCleanup:
-    services = CleanupServices(p.store, p.delay_queue, p.payloads)
+    services = CleanupServices(p.store, p.delay_queue)
     return TtlCleanup(services, clock=p.clock, deadline=p.deadline())
 
 
 def test_a_message_the_scheduler_never_reached_is_redriven_unchanged(p: Pipeline) -> None:
     due = NOW_MS - 86_400_000
-    p.store.advance_watermark(None, buckets.due_second(due) - 10, NOW_MS, p.deadline())
+    p.store.create_watermark(buckets.due_second(due) - 10, NOW_MS, p.deadline())
     assert cleanup(p).handle(removal(p, due)) is Outcome.REDRIVEN
     [entry] = p.delayed()
     body = json.loads(entry.body)
@@ -64,27 +65,58 @@ def test_with_no_watermark_at_all_the_message_is_redriven(p: Pipeline) -> None:
     assert cleanup(p).handle(removal(p, NOW_MS - 86_400_000)) is Outcome.REDRIVEN
 
 
-def test_a_scheduled_message_is_not_redriven_and_its_payload_is_deleted(p: Pipeline) -> None:
+def test_a_scheduled_message_is_not_redriven_and_its_payload_stays(p: Pipeline) -> None:
+    # Another copy (a duplicate, a retry, a dead letter) may still need the value: only the
+    # bucket's lifecycle removes it.
     due = NOW_MS - 86_400_000
     key = payload_key(removed_request(due))
     p.aws.s3.put_object(Bucket=p.settings.payload_bucket, Key=key, Body=b"big")
-    p.store.advance_watermark(None, buckets.due_second(NOW_MS), NOW_MS, p.deadline())
+    p.store.create_watermark(buckets.due_second(NOW_MS), NOW_MS, p.deadline())
     ref = f"s3://{p.settings.payload_bucket}/{key}"
     assert cleanup(p).handle(removal(p, due, ref=ref)) is Outcome.CLEANED
     assert p.delayed() == []
     listed = p.aws.s3.list_objects_v2(Bucket=p.settings.payload_bucket, Prefix="payloads/")
-    assert listed.get("KeyCount", 0) == 0
+    assert [o["Key"] for o in listed["Contents"]] == [key]
 
 
-def test_a_stored_pointer_to_another_object_deletes_nothing(p: Pipeline) -> None:
+def test_a_message_in_a_late_range_is_redriven_though_the_watermark_passed_it(
+    p: Pipeline,
+) -> None:
+    # The scheduler passed its second after TTL may have deleted it: it may never have been
+    # read, so it is delivered now (at worst a duplicate with the same delay-id).
     due = NOW_MS - 86_400_000
-    other = payload_key(replace(removed_request(due), delay_id="someone-else"))
-    p.aws.s3.put_object(Bucket=p.settings.payload_bucket, Key=other, Body=b"theirs")
-    p.store.advance_watermark(None, buckets.due_second(NOW_MS), NOW_MS, p.deadline())
-    ref = f"s3://{p.settings.payload_bucket}/{other}"
-    assert cleanup(p).handle(removal(p, due, ref=ref)) is Outcome.CLEANED
-    listed = p.aws.s3.list_objects_v2(Bucket=p.settings.payload_bucket, Prefix="payloads/")
-    assert [o["Key"] for o in listed["Contents"]] == [other]
+    second = buckets.due_second(due)
+    start = p.store.create_watermark(second - 10, NOW_MS, p.deadline())
+    p.store.write_watermark(
+        start, Watermark(second + 100, late=((second - 5, second + 5),)), NOW_MS, p.deadline()
+    )
+    assert cleanup(p).handle(removal(p, due)) is Outcome.REDRIVEN
+    assert cleanup(p).handle(removal(p, due - 6_000)) is Outcome.CLEANED
+    assert len(p.delayed()) == 1
+
+
+def test_when_the_watermark_cannot_be_read_the_message_is_redriven(p: Pipeline) -> None:
+    def get_item(**_: Any) -> Any:
+        raise client_error("AccessDeniedException")
+
+    p.store.create_watermark(buckets.due_second(NOW_MS), NOW_MS, p.deadline())
+    q = p.with_store_client(ClientProxy(p.aws.dynamodb, get_item=get_item))
+    assert cleanup(q).handle(removal(q, NOW_MS - 86_400_000)) is Outcome.REDRIVEN
+    assert len(q.delayed()) == 1
+
+
+def test_a_redrive_that_fails_raises_so_the_stream_retries_the_record(p: Pipeline) -> None:
+    def send_message_batch(**_: Any) -> Any:
+        raise client_error("AccessDenied")
+
+    refusing = DelayQueue(
+        SqsQueue(ClientProxy(p.aws.sqs, send_message_batch=send_message_batch), "q"), 0
+    )
+    services = CleanupServices(p.store, refusing)
+    with pytest.raises(DelayQueueError):
+        TtlCleanup(services, clock=p.clock, deadline=p.deadline()).handle(
+            removal(p, NOW_MS - 86_400_000)
+        )
 
 
 def test_a_user_delete_is_ignored(p: Pipeline) -> None:

@@ -1,13 +1,28 @@
-"""Emitter: never early, late by little, cancels dropped, failures reported item by item."""
+"""Emitter: never early, late by little, cancels dropped, failures settled message by message."""
 
 from __future__ import annotations
 
-import pytest
+from typing import Any
 
-from delayq.contract import DelayRequest, Envelope
-from delayq.payloads import payload_key
-from tests.factories import NOW_MS, FakeProducer, SentEntry, kafka_event, kafka_record
-from tests.functional.conftest import Pipeline
+import pytest
+from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
+
+from delayq import constants
+from delayq.contract import DelayRequest, Envelope, dead_letter_of, decode_body
+from delayq.payloads import PayloadStore, payload_key
+from delayq.queues import DelayQueue, SqsQueue
+from delayq.retry import Deadline
+from delayq.stats import DeliveryStats, FlushPolicy
+from tests.factories import (
+    NOW_MS,
+    ClientProxy,
+    FakeProducer,
+    SentEntry,
+    client_error,
+    kafka_event,
+    kafka_record,
+)
+from tests.functional.conftest import Pipeline, no_sleep_backoff
 
 
 def entry(
@@ -62,42 +77,144 @@ def test_cancelled_ids_are_dropped(p: Pipeline) -> None:
     assert result.failed == []
 
 
-def test_a_kafka_delivery_failure_fails_only_that_message(p: Pipeline) -> None:
+def requeued(p: Pipeline) -> list[tuple[int, DelayRequest]]:
+    """Every delay message the emitter put back on the delay queue, with its DelaySeconds."""
+    return [
+        (e.delay_seconds, x.request)
+        for e in p.delayed()
+        for x in decode_body(e.body)
+        if x.request is not None
+    ]
+
+
+def dead_letters(p: Pipeline) -> list[tuple[DelayRequest, dict[str, object]]]:
+    """Every message the emitter dead-lettered, with its dead-letter record."""
+    return [
+        (x.request, dict(dead_letter_of(x.text) or {}))
+        for e in p.dead_lettered()
+        for x in decode_body(e.body)
+        if x.request is not None
+    ]
+
+
+def test_a_refused_delivery_is_retried_alone_and_counts_an_attempt(p: Pipeline) -> None:
     p.producer = FakeProducer(fail_topics={"orders.lost"}, clock=p.clock)
     p.settings = p.settings.with_overrides(allowed_targets=("orders.*",))
     batch = [entry(p, NOW_MS, "ok"), entry(p, NOW_MS, "bad", target="orders.lost")]
     result = p.emit(batch)
-    assert len(result.failed) == 1
-    assert result.failed[0].startswith("m-1-")
+    # Nothing is reported failed: the delivered message must not be delivered again.
+    assert (result.failed, result.requeued) == ([], 1)
     assert [o.header("delay-id") for o in p.producer.produced] == [b"ok"]
+    [(delay, again)] = requeued(p)
+    assert (again.delay_id, again.attempts, delay) == ("bad", 1, 2)
 
 
-@pytest.mark.parametrize(("receive_count", "back_off"), [(1, 2), (3, 8), (9, 60)])
-def test_a_failed_delivery_comes_back_after_a_short_back_off_not_the_visibility_timeout(
-    p: Pipeline, receive_count: int, back_off: int
-) -> None:
+def test_a_refused_delivery_backs_off_then_is_dead_lettered_with_its_reason(p: Pipeline) -> None:
     p.producer = FakeProducer(fail_topics={"orders.timeout"}, clock=p.clock)
+    p.emit([entry(p, NOW_MS)])
+    while not p.dead_lettered():
+        p.deliver_released()
+    assert p.settings.delivery_max_attempts == 5
+    assert [delay for delay, _ in requeued(p)] == [2, 4, 8, 16]
+    [(request, record)] = dead_letters(p)
+    assert (request.delay_id, request.value, record["reason"]) == (
+        "d-1",
+        b"value",
+        "target-refused",
+    )
+    assert "UNKNOWN_TOPIC_OR_PART" in str(record["detail"])
+    assert p.producer.produced == []
+
+
+def test_an_hour_long_outage_of_the_target_ends_with_everything_delivered(p: Pipeline) -> None:
+    # The cluster cannot be reached for an hour: no attempt is used up, nothing is
+    # dead-lettered, and everything is delivered once it is back.
+    p.producer.unavailable = True
+    p.emit([entry(p, NOW_MS + i * 100, f"d-{i}") for i in range(5)])
+    while p.clock() < NOW_MS + 3_600_000:
+        p.deliver_released()
+    assert p.producer.produced == []
+    p.producer.unavailable = False
+    result = p.deliver_released()
+    assert sorted(d.delay_id for d in result.deliveries) == [f"d-{i}" for i in range(5)]
+    assert p.dead_lettered() == []
+    assert all(r.attempts == 0 for _, r in requeued(p))
+    # Retries back off to a minute: an hour costs under a hundred re-queues per message.
+    assert len(requeued(p)) < 5 * 100
+
+
+def test_an_outage_longer_than_the_limit_is_dead_lettered_with_its_reason(p: Pipeline) -> None:
+    p.settings = p.settings.with_overrides(target_outage_max_seconds=300)
+    p.producer.unavailable = True
+    p.emit([entry(p, NOW_MS)])
+    while not p.dead_lettered():
+        p.deliver_released()
+    [(_, record)] = dead_letters(p)
+    assert record["reason"] == "target-unavailable"
+    assert p.clock() - NOW_MS > 300_000
+
+
+def test_when_nothing_can_be_sent_back_the_message_fails_with_a_short_back_off(
+    p: Pipeline,
+) -> None:
+    # The re-queue itself fails: SQS brings the message back after 2, 4, 8 ... s (by its
+    # receive count), not after the visibility timeout, and counts it towards the DLQ.
+    def send_message_batch(**_: object) -> object:
+        raise client_error("AccessDenied", status=403)
+
+    p.producer.unavailable = True
     p.aws.sqs.send_message(QueueUrl=p.settings.delay_queue_url, MessageBody="x")
     [msg] = p.aws.sqs.receive_message(QueueUrl=p.settings.delay_queue_url)["Messages"]
-    result = p.emit(
-        [entry(p, NOW_MS)], receive_count=receive_count, receipt_handles=[msg["ReceiptHandle"]]
+    refusing = ClientProxy(p.sqs, send_message_batch=send_message_batch)
+    p.delay_queue = DelayQueue(
+        SqsQueue(refusing, p.settings.delay_queue_url, no_sleep_backoff()), p.settings.emit_lead_ms
     )
+    result = p.emit([entry(p, NOW_MS)], receive_count=3, receipt_handles=[msg["ReceiptHandle"]])
     assert len(result.failed) == 1
-    assert p.sqs.visibility_changes == [(msg["ReceiptHandle"], back_off)]
+    assert p.sqs.visibility_changes == [(msg["ReceiptHandle"], 8)]
 
 
-def test_no_delivery_report_before_the_timeout_fails_the_message(p: Pipeline) -> None:
+def test_no_delivery_report_before_the_timeout_is_an_unreachable_target(p: Pipeline) -> None:
     p.producer = FakeProducer(silent=True, clock=p.clock)
     result = p.emit([entry(p, NOW_MS)])
-    assert len(result.failed) == 1
+    assert (result.failed, result.requeued) == ([], 1)
     assert "no delivery report" in result.errors[0]
+    assert requeued(p)[0][1].attempts == 0
 
 
-def test_a_produce_refusal_fails_only_that_message(p: Pipeline) -> None:
+def test_a_produce_refusal_is_retried_as_a_refused_delivery(p: Pipeline) -> None:
     p.producer = FakeProducer(refuse=True, clock=p.clock)
     result = p.emit([entry(p, NOW_MS)])
-    assert len(result.failed) == 1
+    assert (result.failed, result.requeued) == ([], 1)
     assert "produce refused" in result.errors[0]
+    assert requeued(p)[0][1].attempts == 1
+
+
+def test_cancel_markers_that_cannot_be_read_retry_the_batch_after_a_back_off(
+    p: Pipeline,
+) -> None:
+    # A cancel must win, so nothing is delivered; the messages come back in seconds, not
+    # after the queue's visibility timeout.
+    def batch_get_item(**_: object) -> object:
+        raise EndpointConnectionError(endpoint_url="https://dynamodb.us-east-1.amazonaws.com")
+
+    q = p.with_store_client(ClientProxy(p.aws.dynamodb, batch_get_item=batch_get_item))
+    result = q.emit([entry(q, NOW_MS, "a"), entry(q, NOW_MS, "b")])
+    assert q.producer.produced == []
+    assert (result.failed, result.requeued) == ([], 2)
+    assert [(delay, r.delay_id) for delay, r in requeued(q)] == [(2, "a"), (2, "b")]
+
+
+def test_nothing_after_delivery_fails_the_batch(p: Pipeline) -> None:
+    # The statistics write cannot reach DynamoDB: the delivered message stays delivered.
+    def put_item(**_: object) -> object:
+        raise ReadTimeoutError(endpoint_url="https://dynamodb.us-east-1.amazonaws.com")
+
+    q = p.with_store_client(ClientProxy(p.aws.dynamodb, put_item=put_item))
+    q.stats = DeliveryStats(policy=FlushPolicy(max_messages=1))
+    result = q.emit([entry(q, NOW_MS)])
+    assert (result.failed, len(result.deliveries)) == ([], 1)
+    assert any("statistics not written" in e for e in result.errors)
 
 
 def test_a_body_that_is_not_ours_goes_to_the_reject_queue(p: Pipeline) -> None:
@@ -119,14 +236,16 @@ def test_the_emitter_enforces_the_allow_list_again(p: Pipeline) -> None:
     assert reject["reason"] == "target-not-allowed"
 
 
-def test_an_offloaded_value_is_restored_then_deleted_after_delivery(p: Pipeline) -> None:
+def test_an_offloaded_value_is_restored_and_kept_for_every_copy(p: Pipeline) -> None:
     big = b"x" * (p.settings.offload_threshold_bytes + 1)
     p.ingest(kafka_event(kafka_record(target="reminders", seconds="0", value=big)))
     [queued] = p.delayed()
     p.emit([queued])
-    assert p.producer.produced[0].value == big
+    # An at-least-once duplicate of the same message finds its value too.
+    p.emit([queued])
+    assert [o.value for o in p.producer.produced] == [big, big]
     listed = p.aws.s3.list_objects_v2(Bucket=p.settings.payload_bucket, Prefix="payloads/")
-    assert listed.get("KeyCount", 0) == 0
+    assert listed["KeyCount"] == 1
 
 
 def offloaded(p: Pipeline, delay_id: str, key: str) -> SentEntry:
@@ -140,11 +259,26 @@ def own_key(delay_id: str) -> str:
     return payload_key(DelayRequest(delay_id, "reminders", NOW_MS, None, None, (), "t-0-1"))
 
 
-def test_a_missing_offloaded_value_fails_that_message_only(p: Pipeline) -> None:
+def test_a_missing_offloaded_value_is_dead_lettered_at_once_and_the_rest_goes_on(
+    p: Pipeline,
+) -> None:
     result = p.emit([offloaded(p, "gone", own_key("gone")), entry(p, NOW_MS)])
-    assert len(result.failed) == 1
-    assert "get payload" in result.errors[0]
+    assert (result.failed, result.dead_lettered) == ([], 1)
+    [(request, record)] = dead_letters(p)
+    assert (request.delay_id, record["reason"]) == ("gone", "payload-missing")
     assert len(p.producer.produced) == 1
+
+
+def test_a_payload_s3_cannot_serve_now_is_retried_not_dead_lettered(p: Pipeline) -> None:
+    def get_object(**_: object) -> object:
+        raise client_error("SlowDown", status=503)
+
+    p.payloads = PayloadStore(
+        ClientProxy(p.aws.s3, get_object=get_object), p.settings.payload_bucket, no_sleep_backoff()
+    )
+    result = p.emit([offloaded(p, "slow", own_key("slow"))])
+    assert (result.requeued, result.dead_lettered) == (1, 0)
+    assert requeued(p)[0][1].attempts == 0
 
 
 def test_a_pointer_to_another_message_payload_is_rejected_not_produced_nor_deleted(
@@ -180,3 +314,57 @@ def test_deliveries_are_recorded_as_one_stats_item_per_minute(p: Pipeline) -> No
     orders = item["targets"]["M"]["orders.timeout"]["M"]
     assert orders["messages"]["N"] == "2"
     assert orders["late_max_ms"]["N"] == "250"
+
+
+def test_offloaded_values_are_fetched_ahead_within_the_memory_budget(
+    p: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 20 values of 300 KB, a budget of 1 MB: never more than the budget (plus the value
+    # needed next) is fetched and not yet produced, whatever the batch holds.
+    monkeypatch.setattr(constants, "EMIT_FETCH_BUDGET_BYTES", 1_000_000)
+    size = 300_000
+    produced_bytes: list[int] = []
+    in_flight: list[int] = []
+
+    class Counting(PayloadStore):
+        submitted = 0
+
+        def submit_restore(self, request: DelayRequest, deadline: Deadline) -> Any:
+            Counting.submitted += request.offloaded_bytes
+            in_flight.append(Counting.submitted - sum(produced_bytes))
+            return super().submit_restore(request, deadline)
+
+    class Recording(FakeProducer):
+        def produce(self, topic: str, value: bytes | None = None, **kwargs: Any) -> None:
+            produced_bytes.append(len(value or b""))
+            super().produce(topic, value, **kwargs)
+
+    p.payloads = Counting(p.aws.s3, p.settings.payload_bucket, no_sleep_backoff())
+    p.producer = Recording(clock=p.clock)
+    entries = []
+    for i in range(20):
+        request = DelayRequest(
+            f"big-{i}", "reminders", NOW_MS, None, bytes([i]) * size, (), "t-0-1"
+        )
+        pointer = p.payloads.offload(request, p.deadline())
+        entries.append(
+            SentEntry(p.settings.delay_queue_url, Envelope(pointer).encode(), 0, p.clock())
+        )
+    result = p.emit(entries)
+    assert (len(result.deliveries), result.failed) == (20, [])
+    assert [o.value for o in p.producer.produced] == [bytes([i]) * size for i in range(20)]
+    assert max(in_flight) <= 1_000_000 + size
+
+
+def test_a_bundle_carries_at_most_its_budget_of_offloaded_bytes(p: Pipeline) -> None:
+    # A pointer is small; the value it points at is not: bundles count the value.
+    big = b"x" * (p.settings.offload_threshold_bytes + 1)
+    records = [
+        kafka_record(offset=i, target="reminders", seconds="30", value=big, id=f"b-{i}")
+        for i in range(60)
+    ]
+    p.ingest(kafka_event(*records))
+    per_bundle = [len(decode_body(e.body)) for e in p.delayed()]
+    assert sum(per_bundle) == 60
+    assert max(per_bundle) * len(big) <= constants.BUNDLE_MAX_OFFLOADED_BYTES
+    assert len(per_bundle) > 1

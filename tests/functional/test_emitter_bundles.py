@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 
 from delayq.contract import DelayRequest, Envelope, decode_body, encode_bundle
-from delayq.emitter import EmitResult, EmitterServices, emit_batch, messages_from_event
-from delayq.kafka import KafkaDelivery
-from delayq.payloads import payload_key
-from delayq.queues import SqsQueue
+from delayq.emitter import EmitResult, emit_batch, messages_from_event
+from delayq.payloads import PayloadStore, payload_key
+from delayq.queues import DelayQueue, SqsQueue
 from delayq.retry import Deadline
 from tests.factories import (
     NOW_MS,
@@ -53,13 +52,10 @@ def emit(
     deadline: Deadline | None = None,
     receipt_handles: list[str] | None = None,
 ) -> EmitResult:
-    services = EmitterServices(
-        KafkaDelivery(p.producer, 1.0),
-        p.store,
-        delay_queue or p.delay_queue.queue,
-        p.rejects,
-        p.payloads,
-        p.stats,
+    services = p.emitter_services(
+        delay_queue=None
+        if delay_queue is None
+        else DelayQueue(delay_queue, p.settings.emit_lead_ms)
     )
     event = sqs_event(entries)
     for record, handle in zip(event["Records"], receipt_handles or [], strict=False):
@@ -174,24 +170,35 @@ def test_a_partial_kafka_failure_sends_back_only_the_failed_messages(p: Pipeline
     result = emit(p, batch)
 
     assert (result.failed, result.requeued, len(result.deliveries)) == ([], 2, 2)
-    assert sum("kafka" in e for e in result.errors) == 2
+    assert sum("target-refused" in e for e in result.errors) == 2
     assert requeued_ids(p) == [["lost-1", "lost-2"]]
-    assert p.delayed()[0].delay_seconds == 0  # due: at once
+    assert p.delayed()[0].delay_seconds == 2  # the first refusal's back-off
 
-    # Kafka is back: the re-queued bundle delivers the rest, and nothing twice.
+    # Kafka takes them now: the re-queued bundle delivers the rest, and nothing twice.
     p.producer = FakeProducer(clock=p.clock)
     assert emit(p, p.delayed()).failed == []
     assert sorted(produced_ids(p)) == ["lost-1", "lost-2"]
 
 
-def test_a_bundle_whose_every_message_failed_is_reported_failed_not_resent(p: Pipeline) -> None:
+def test_a_bundle_whose_every_message_failed_goes_back_as_a_new_message(p: Pipeline) -> None:
+    # Its attempts travel in the envelopes (not in SQS's receive count, which a re-queue
+    # resets): a refused message is dead-lettered at its own limit whatever happened to it.
     p.producer = FakeProducer(fail_topics={"orders.lost"}, clock=p.clock)
     batch = [bundle(p, request("a", target="orders.lost"), request("b", target="orders.lost"))]
     result = emit(p, batch)
-    assert (len(result.failed), result.requeued, p.delayed()) == (1, 0, [])
+    assert (result.failed, result.requeued) == ([], 2)
+    assert [
+        [e.request.attempts for e in decode_body(x.body) if e.request] for x in p.delayed()
+    ] == [[1, 1]]
 
 
-def test_a_payload_that_cannot_be_read_sends_back_only_that_message(p: Pipeline) -> None:
+def test_a_payload_that_cannot_be_read_goes_back_alone_as_it_came(p: Pipeline) -> None:
+    def get_object(**_: Any) -> Any:
+        raise client_error("InternalError", status=500)
+
+    p.payloads = PayloadStore(
+        ClientProxy(p.aws.s3, get_object=get_object), p.settings.payload_bucket, no_sleep_backoff()
+    )
     ref = f"s3://{p.settings.payload_bucket}/{payload_key(request('gone'))}"
     gone = DelayRequest("gone", "orders.timeout", NOW_MS, None, None, (), "t-0-1", ref)
     result = emit(p, [bundle(p, request("ok"), gone)])
@@ -215,6 +222,7 @@ def test_when_sending_back_fails_the_original_is_reported_failed(p: Pipeline) ->
     batch = [bundle(p, request("ok"), request("lost", target="orders.lost"))]
     result = emit(p, batch, delay_queue=refusing)
     # Reported failed: SQS delivers the bundle again, and "ok" a second time (same delay-id).
+    # The back-off follows the receive count (2 s at the first receive).
     assert (len(result.failed), result.requeued, produced_ids(p)) == (1, 0, ["ok"])
     assert any("sending undelivered messages back failed" in e for e in result.errors)
 

@@ -10,6 +10,8 @@ import pytest
 from delayq import constants as c
 from delayq.contract import Envelope
 from delayq.payloads import parse_ref, payload_key
+from delayq.retry import Deadline
+from delayq.store import MessageStore
 from tests.factories import (
     NOW_MS,
     AwsResources,
@@ -31,6 +33,7 @@ def env(aws: AwsResources, monkeypatch: pytest.MonkeyPatch) -> AwsResources:
         c.ENV_DELAY_QUEUE_URL: s.delay_queue_url,
         c.ENV_TICK_QUEUE_URL: s.tick_queue_url,
         c.ENV_REJECT_QUEUE_URL: s.reject_queue_url,
+        c.ENV_DELAY_DLQ_URL: s.delay_dlq_url,
         c.ENV_PAYLOAD_BUCKET: s.payload_bucket,
         c.ENV_ALLOWED_TARGETS: ",".join(s.allowed_targets),
         c.ENV_SHARDS: str(s.shards),
@@ -108,6 +111,14 @@ def test_scheduler_runs_on_the_sample_tick_and_sets_the_watermark(
     lambda_context: LambdaContext,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # Ingest created the watermark when it stored the first message; a tick moves it.
+    MessageStore(
+        env.dynamodb,
+        env.settings.table_name,
+        shards=env.settings.shards,
+        ttl_grace_seconds=env.settings.ttl_grace_seconds,
+        max_delay_seconds=env.settings.max_delay_seconds,
+    ).create_watermark(NOW_MS // 1000 - 1, NOW_MS, Deadline.after(10))
     app = handler("scheduler", clock, monkeypatch)
     assert app.handler(load_event("tick.json"), lambda_context) == {"batchItemFailures": []}
     item = env.dynamodb.get_item(

@@ -15,7 +15,9 @@ from tests.functional.conftest import Pipeline, no_sleep_backoff
 
 
 def stored_items(p: Pipeline) -> list[dict[str, object]]:
-    return p.aws.dynamodb.scan(TableName=p.settings.table_name)["Items"]
+    """The stored messages (not the watermark and markers beside them)."""
+    items = p.aws.dynamodb.scan(TableName=p.settings.table_name)["Items"]
+    return [i for i in items if i.get("kind", {}).get("S") == "msg"]
 
 
 def test_short_delay_goes_to_the_delay_queue_with_whole_seconds_rounded_down(p: Pipeline) -> None:
@@ -76,10 +78,52 @@ def test_bad_records_are_rejected_with_reason_and_original_while_good_ones_go_on
     assert by_offset[4]["source"] == {"topic": "delay-requests", "partition": 0, "offset": 4}
 
 
-def test_a_cancel_record_writes_a_marker(p: Pipeline) -> None:
-    result = p.ingest(kafka_event(kafka_record(cancel="order-42")))
+def test_a_cancel_record_writes_a_marker_with_its_record_time(p: Pipeline) -> None:
+    result = p.ingest(kafka_event(kafka_record(offset=3, timestamp=NOW_MS - 5, cancel="order-42")))
     assert result.cancelled == 1
-    assert p.store.cancelled(["order-42", "order-43"], p.deadline()) == {"order-42"}
+    assert p.store.cancels(["order-42", "order-43"], p.deadline()) == {
+        "order-42": (NOW_MS - 5, "delay-requests-0-3")
+    }
+
+
+def test_a_cancel_and_a_later_message_with_its_id_in_one_batch_keep_the_message(
+    p: Pipeline,
+) -> None:
+    # Reschedule by id: send r-1, cancel r-1, send r-1 again; the last one is a new message.
+    event = kafka_event(
+        kafka_record(offset=1, target="reminders", seconds="60", id="r-1"),
+        kafka_record(offset=2, cancel="r-1"),
+        kafka_record(offset=3, target="reminders", seconds="5", id="r-1"),
+    )
+    p.ingest(event)
+    result = p.deliver_released()
+    assert result.cancelled == 1
+    assert [d.delay_id for d in result.deliveries] == ["r-1"]
+    assert [d.due_ms for d in result.deliveries] == [NOW_MS + 5000]
+
+
+def test_a_record_the_parser_fails_on_is_rejected_whole_and_the_rest_goes_on(
+    p: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One record must never block its partition: a bug in the parser becomes a reject with
+    # the original record, not a failed batch retried until the topic's retention.
+    from delayq import ingest
+
+    real = ingest.parse_record
+
+    def parse(record: dict[str, object], *args: object) -> object:
+        if record["offset"] == 2:
+            raise KeyError("a case the parser did not foresee")
+        return real(record, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ingest, "parse_record", parse)
+    broken = kafka_record(offset=2, target="reminders", seconds="5")
+    result = p.ingest(kafka_event(kafka_record(offset=1, target="reminders", seconds="5"), broken))
+    assert result.queued == 1
+    [reject] = p.aws.bodies(p.settings.reject_queue_url)
+    assert reject["reason"] == "internal-error"
+    assert "KeyError" in reject["detail"]
+    assert reject["record"] == broken
 
 
 def test_large_values_are_offloaded_to_s3_and_the_queue_carries_a_pointer(p: Pipeline) -> None:
@@ -94,7 +138,7 @@ def test_large_values_are_offloaded_to_s3_and_the_queue_carries_a_pointer(p: Pip
 
 def test_stored_below_a_watermark_that_moved_is_also_queued(p: Pipeline) -> None:
     due_second = (NOW_MS + 3_600_000) // 1000
-    p.store.advance_watermark(None, due_second + 5, NOW_MS, p.deadline())
+    p.store.create_watermark(due_second + 5, NOW_MS, p.deadline())
     result = p.ingest(kafka_event(kafka_record(target="reminders", seconds="3600")))
     assert result.stored == 1
     assert result.rescued == 1
@@ -116,10 +160,38 @@ def test_stored_just_after_a_watermark_with_no_progress_inside_is_left_to_the_sc
     p: Pipeline,
 ) -> None:
     due_second = (NOW_MS + 3_600_000) // 1000
-    p.store.advance_watermark(None, due_second - 1, NOW_MS, p.deadline())
+    p.store.create_watermark(due_second - 1, NOW_MS, p.deadline())
     result = p.ingest(kafka_event(kafka_record(target="reminders", seconds="3600")))
     assert (result.stored, result.rescued) == (1, 0)
     assert p.delayed() == []
+
+
+def test_stored_within_the_window_a_run_announced_is_also_queued(p: Pipeline) -> None:
+    # A run recorded its window and may have read this second before our write landed:
+    # whatever the clocks, ingest queues the message itself.
+    due_second = (NOW_MS + 3_600_000) // 1000
+    start = p.store.create_watermark(due_second - 100, NOW_MS, p.deadline())
+    p.store.write_watermark(
+        start, Watermark(due_second - 100, reading=due_second), NOW_MS, p.deadline()
+    )
+    result = p.ingest(kafka_event(kafka_record(target="reminders", seconds="3600")))
+    assert (result.stored, result.rescued) == (1, 1)
+    assert len(p.delayed()) == 1
+
+
+def test_the_first_store_creates_the_watermark_below_every_stored_second(p: Pipeline) -> None:
+    # The scheduler's first run must start at or before the earliest stored due-second.
+    assert p.store.read_watermark(p.deadline()) is None
+    p.ingest(kafka_event(kafka_record(target="reminders", seconds="3600")))
+    mark = p.store.read_watermark(p.deadline())
+    assert mark is not None
+    assert mark.second == NOW_MS // 1000 - 1
+    assert p.delayed() == []
+
+
+def test_a_queued_only_batch_creates_no_watermark(p: Pipeline) -> None:
+    p.ingest(kafka_event(kafka_record(target="reminders", seconds="5")))
+    assert p.store.read_watermark(p.deadline()) is None
 
 
 def test_a_record_that_cannot_be_stored_fails_the_invocation(p: Pipeline) -> None:

@@ -3,6 +3,7 @@ deleted from their source before their destination accepted them."""
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +24,7 @@ from delayq.redrive import (
     redrive,
     redrive_services,
 )
-from delayq.store import MessageStore
+from delayq.store import MessageStore, message_item
 from tests.factories import (
     NOW_MS,
     PROPERTY,
@@ -563,3 +564,92 @@ def test_reject_bodies_that_cannot_be_read_stay_where_they_are(p: Pipeline) -> N
 
     assert (report.moved, report.still_rejected, report.failed) == (0, 0, 4)
     assert counts(p, url) == (4, 0)
+
+
+# --- the cleanup function's failed stream batches ------------------------------------------------
+
+
+def failed_batch(p: Pipeline, *requests: DelayRequest, user_delete: bool = False) -> str:
+    """A failed stream batch as Lambda writes it to an S3 on-failure destination: the
+    invocation's metadata and the batch itself (old images, binaries as base64)."""
+    records: list[dict[str, Any]] = []
+    for r in requests:
+        item = message_item(r, p.settings.shards, 86400)
+        image = {
+            k: {"B": base64.b64encode(v["B"]).decode()} if "B" in v else v for k, v in item.items()
+        }
+        records.append(
+            {
+                "eventName": "REMOVE",
+                "userIdentity": {"type": "Service", "principalId": "dynamodb.amazonaws.com"},
+                "dynamodb": {"OldImage": image},
+            }
+        )
+    if user_delete:  # not a TTL removal: nothing to deliver
+        records.append({"eventName": "REMOVE", "dynamodb": {"OldImage": {"kind": {"S": "msg"}}}})
+    body = {
+        "version": "1.0",
+        "requestContext": {"condition": "RetryAttemptsExhausted"},
+        "DDBStreamBatchInfo": {"batchSize": len(records)},
+        "payload": {"Records": records},
+    }
+    key = f"aws/lambda/esm-1/shard-1/2026/11/23/2026-11-23T10.00.00-{len(requests)}-{user_delete}"
+    p.aws.s3.put_object(Bucket=p.settings.payload_bucket, Key=key, Body=json.dumps(body))
+    return key
+
+
+def failed_keys(p: Pipeline) -> list[str]:
+    listed = p.aws.s3.list_objects_v2(Bucket=p.settings.payload_bucket, Prefix="aws/lambda/")
+    return [o["Key"] for o in listed.get("Contents", [])]
+
+
+CLEANUP_FAILURES = RedriveSource.CLEANUP_FAILURES
+
+
+def test_failed_stream_batches_go_to_the_delay_queue_whole(p: Pipeline) -> None:
+    due = NOW_MS - 3_600_000
+    a = delay_request(delay_id="a", due_ms=due, value=b"\x00a")
+    b = delay_request(delay_id="b", due_ms=due, value=b"b")
+    failed_batch(p, a, b, user_delete=True)
+    report = run(p, CLEANUP_FAILURES)
+    assert (report.moved, report.failed) == (2, 0)
+    assert sorted((r.delay_id, r.value) for r in requeued(p)) == [("a", b"\x00a"), ("b", b"b")]
+    assert failed_keys(p) == []  # deleted once its messages were queued
+
+
+def test_a_dry_run_of_failed_batches_counts_and_keeps_everything(p: Pipeline) -> None:
+    key = failed_batch(p, delay_request(delay_id="a"))
+    report = run(p, CLEANUP_FAILURES, dry_run=True)
+    assert (report.moved, report.dry_run) == (1, True)
+    assert p.delayed() == []
+    assert failed_keys(p) == [key]
+
+
+def test_a_failed_batch_that_cannot_be_queued_stays_in_the_bucket(p: Pipeline) -> None:
+    key = failed_batch(p, delay_request(delay_id="a"))
+
+    def refuse(**_: Any) -> Any:
+        raise client_error("AccessDenied", status=403)
+
+    refusing = DelayQueue(SqsQueue(ClientProxy(p.aws.sqs, send_message_batch=refuse), "q"), 0)
+    ingest = IngestServices(p.store, refusing, p.rejects, p.payloads)
+    report = run(p, CLEANUP_FAILURES, services=services(p, ingest=ingest))
+    assert (report.moved, report.failed) == (0, 1)
+    assert failed_keys(p) == [key]
+
+
+def test_an_object_that_is_not_a_failed_batch_is_reported_and_kept(p: Pipeline) -> None:
+    key = "aws/lambda/esm-1/shard-1/2026/11/23/not-ours"
+    p.aws.s3.put_object(Bucket=p.settings.payload_bucket, Key=key, Body=b"{}")
+    report = run(p, CLEANUP_FAILURES)
+    assert (report.moved, report.failed) == (0, 1)
+    assert "no payload.Records" in report.errors[0]
+    assert failed_keys(p) == [key]
+
+
+def test_the_limit_counts_failed_batches(p: Pipeline) -> None:
+    failed_batch(p, delay_request(delay_id="a"))
+    failed_batch(p, delay_request(delay_id="b"), delay_request(delay_id="c"))
+    report = run(p, CLEANUP_FAILURES, limit=1)
+    assert report.moved == 1
+    assert len(failed_keys(p)) == 1

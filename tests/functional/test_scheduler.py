@@ -3,7 +3,9 @@ a crash loses nothing, a conflict stops cleanly."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import threading
 
 import pytest
 
@@ -13,7 +15,7 @@ from delayq.queues import TickQueue
 from delayq.retry import Deadline
 from delayq.scheduler import fire_timer
 from delayq.store import Watermark
-from tests.factories import NOW_MS, ClientProxy, kafka_event, kafka_record
+from tests.factories import NOW_MS, ClientProxy, FakeClock, kafka_event, kafka_record
 from tests.functional.conftest import Pipeline
 
 
@@ -27,6 +29,7 @@ def store_due_in(p: Pipeline, *delays_s: int) -> list[str]:
             )
         )
     )
+    p.pass_empty_seconds()
     return ids
 
 
@@ -123,7 +126,9 @@ def test_a_crash_mid_run_loses_nothing_and_resends_at_most_one_second(p: Pipelin
     with pytest.raises(RuntimeError):
         p.schedule()
     assert sent_ids(p) == ["m-0"]
-    assert p.store.get_watermark(p.deadline()) == buckets.due_second(NOW_MS + 3600_000)
+    mark = p.store.read_watermark(p.deadline())
+    assert mark is not None
+    assert mark.second == buckets.due_second(NOW_MS + 3600_000)
     p.sqs.raise_after = None
     p.schedule()
     assert sorted(sent_ids(p)) == ["m-0", "m-1", "m-2"]
@@ -151,13 +156,14 @@ def test_a_scheduler_that_lost_the_race_stops_without_error(p: Pipeline) -> None
     store_due_in(p, 3600)
     p.clock.now_ms = NOW_MS + 3600_000 - 60_000
     start = buckets.due_second(p.clock()) - 1
-    p.store.advance_watermark(None, start, NOW_MS, p.deadline())
+    p.set_watermark(start)
     real_read = p.store.read_watermark
 
     def stale_read(deadline: Deadline) -> Watermark | None:
         """Another scheduler moves the watermark between our read and our write."""
         mark = real_read(deadline)
-        p.store.advance_watermark(start, start + 5000, NOW_MS, deadline)
+        if mark is not None:
+            p.store.write_watermark(mark, Watermark(start + 5000), NOW_MS, deadline)
         return mark
 
     p.store.read_watermark = stale_read  # type: ignore[method-assign]
@@ -182,3 +188,111 @@ def test_the_timer_sends_one_tick_per_period(p: Pipeline) -> None:
 @pytest.fixture
 def p(pipeline: Pipeline) -> Pipeline:
     return pipeline
+
+
+# --- AWS's weak semantics: TTL lag, the first run, the ingest guard ----------------------------
+
+
+def test_a_scheduler_down_longer_than_the_grace_still_sends_what_ttl_has_not_deleted(
+    p: Pipeline,
+) -> None:
+    # DynamoDB deletes expired items "within a few days": an item past its TTL is still
+    # there, was never sent, and goes late rather than never.
+    store_due_in(p, 3600)
+    p.clock.now_ms = NOW_MS + 3600_000 + (p.settings.ttl_grace_seconds + 3600) * 1000
+    result = p.schedule()
+    assert sent_ids(p) == ["m-0"]
+    assert result.late_seconds > 0
+    mark = p.store.read_watermark(p.deadline())
+    assert mark is not None
+    due_second = buckets.due_second(NOW_MS + 3600_000)
+    # ...and its second is recorded as passed late: if TTL had deleted a message of it before
+    # the read, the cleanup function re-drives it when the removal comes through the stream.
+    assert not mark.scheduled(due_second)
+
+
+def test_seconds_passed_on_time_are_not_late(p: Pipeline) -> None:
+    store_due_in(p, 3600)
+    p.clock.now_ms = NOW_MS + 3600_000 - 60_000
+    assert p.schedule().late_seconds == 0
+    mark = p.store.read_watermark(p.deadline())
+    assert mark is not None
+    assert mark.late == ()
+    assert mark.scheduled(buckets.due_second(NOW_MS + 3600_000))
+
+
+def test_a_scheduler_that_fails_for_its_first_hour_still_sends_what_was_stored(
+    p: Pipeline,
+) -> None:
+    # No run before: the watermark ingest created (just before its first store) is where the
+    # first run starts, not "now".
+    p.ingest(kafka_event(kafka_record(target="reminders", seconds="1000", id="early")))
+    p.clock.now_ms = NOW_MS + 3_600_000
+    p.schedule()
+    assert sent_ids(p) == ["early"]
+
+
+def test_without_a_watermark_a_run_does_nothing(p: Pipeline) -> None:
+    result = p.schedule()
+    assert (result.sent, result.watermark_after, p.store.read_watermark(p.deadline())) == (
+        0,
+        None,
+        None,
+    )
+
+
+def test_a_run_records_its_window_before_its_first_query(p: Pipeline) -> None:
+    store_due_in(p, 3600)
+    p.clock.now_ms = NOW_MS + 3600_000 - 60_000
+    seen: list[int | None] = []
+
+    def query(**kwargs: object) -> object:
+        mark = p.store.read_watermark(p.deadline())
+        seen.append(None if mark is None else mark.reading)
+        return p.aws.dynamodb.query(**kwargs)
+
+    q = p.with_store_client(ClientProxy(p.aws.dynamodb, query=query))
+    q.schedule()
+    window_end = buckets.due_second(p.clock()) + p.settings.lookahead_seconds
+    assert seen
+    assert set(seen) == {window_end}
+
+
+def test_an_ingest_write_that_lands_after_the_schedulers_query_is_not_lost(
+    p: Pipeline,
+) -> None:
+    """The race: ingest routed a message to the store (its clock 2 minutes behind, or its
+    write retried that long), the scheduler reads that second before the write lands and
+    passes it. The guard must catch it whatever the clocks and timeouts."""
+    p.clock.now_ms = NOW_MS + 3600_000
+    p.set_watermark(buckets.due_second(p.clock()) - 1)  # a scheduler that ran a minute ago
+    due = p.clock() + p.settings.lookahead_seconds * 1000 - 5_000  # inside this run's window
+    late_writer = dataclasses.replace(p, clock=FakeClock(p.clock() - 120_000))
+    wrote: list[object] = []
+    first = threading.Lock()
+
+    def query(**kwargs: object) -> object:
+        answer = p.aws.dynamodb.query(**kwargs)
+        # The run's first Query has been answered: now the write lands (the run's queries
+        # run in parallel: only one of them writes).
+        if first.acquire(blocking=False):
+            wrote.append(
+                late_writer.ingest(
+                    kafka_event(
+                        kafka_record(
+                            offset=50,
+                            timestamp=late_writer.clock(),
+                            target="reminders",
+                            deliver_at=str(due),
+                            id="raced",
+                        )
+                    )
+                )
+            )
+        return answer
+
+    q = p.with_store_client(ClientProxy(p.aws.dynamodb, query=query))
+    q.schedule()
+    [result] = wrote
+    assert result.stored == 1  # type: ignore[attr-defined]
+    assert "raced" in sent_ids(p)

@@ -36,6 +36,7 @@ def crowd(p: Pipeline, count: int, *, page_items: int) -> list[str]:
         for i, delay_id in enumerate(ids)
     ]
     p.ingest(kafka_event(*records))
+    p.pass_empty_seconds()
     p.clock.now_ms = DUE_MS - 60_000
     return ids
 
@@ -179,7 +180,7 @@ def test_of_two_runs_in_one_crowded_second_the_loser_stops_at_its_next_write(
     p: Pipeline, at: int
 ) -> None:
     ids = crowd(p, 60, page_items=2)
-    p.store.advance_watermark(None, DUE_S - 1, p.clock(), p.deadline())
+    p.set_watermark(DUE_S - 1)
     queue = Interrupting(p.delay_queue, at, p.schedule)
     loser = schedule_with(p, queue)
     assert loser.conflict
@@ -204,6 +205,7 @@ def test_missed_ticks_with_a_crowded_second_are_caught_up_over_several_runs(
         kafka_record(offset=101, target="reminders", seconds="1260", id="after"),
     ]
     p.ingest(kafka_event(*records))
+    p.pass_empty_seconds()
     p.clock.now_ms = NOW_MS + 100_000
     p.schedule()  # the last run before an outage
     p.clock.now_ms = NOW_MS + 1300_000  # twenty ticks missed: everything overdue

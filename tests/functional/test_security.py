@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from delayq import constants as c
 from delayq.contract import Envelope
-from delayq.emitter import EmitterServices, emit_batch, messages_from_event
+from delayq.emitter import emit_batch, messages_from_event
 from delayq.exceptions import ConfigurationError
-from delayq.kafka import KafkaDelivery, producer_config
+from delayq.kafka import producer_config
 from delayq.settings import Settings
 from tests.factories import (
     NOW_MS,
@@ -94,16 +94,6 @@ def test_the_default_allow_list_is_empty_and_every_record_is_rejected(p: Pipelin
 # --- the allow-list again at the emitter ---------------------------------------------------
 
 
-def emitter_services(p: Pipeline) -> EmitterServices:
-    return EmitterServices(
-        KafkaDelivery(p.producer, 1.0),
-        p.store,
-        p.delay_queue.queue,
-        p.rejects,
-        p.payloads,
-    )
-
-
 def test_a_message_put_straight_on_the_delay_queue_is_not_produced_off_the_allow_list(
     p: Pipeline,
 ) -> None:
@@ -132,7 +122,7 @@ def test_a_message_put_straight_on_the_delay_queue_is_not_produced_off_the_allow
     result = emit_batch(
         messages_from_event(event),
         settings=p.settings,
-        services=emitter_services(p),
+        services=p.emitter_services(),
         clock=p.clock,
         sleep=p.clock.sleep,
         deadline=p.deadline(),
@@ -150,6 +140,7 @@ def test_a_message_written_straight_into_the_store_is_not_produced_off_the_allow
 ) -> None:
     forged = delay_request(delay_id="forged", target="payments.capture", due_ms=NOW_MS + 100_000)
     p.store.put_messages([forged], NOW_MS, p.deadline())
+    p.set_watermark(NOW_MS // 1000)
     assert p.schedule().sent == 1
 
     result = p.deliver_released()
@@ -198,6 +189,7 @@ def emitter_env(aws: AwsResources, monkeypatch: pytest.MonkeyPatch) -> AwsResour
         c.ENV_TABLE_NAME: s.table_name,
         c.ENV_DELAY_QUEUE_URL: s.delay_queue_url,
         c.ENV_REJECT_QUEUE_URL: s.reject_queue_url,
+        c.ENV_DELAY_DLQ_URL: s.delay_dlq_url,
         c.ENV_PAYLOAD_BUCKET: s.payload_bucket,
         c.ENV_ALLOWED_TARGETS: ",".join(s.allowed_targets),
         c.ENV_KAFKA_BOOTSTRAP: "b-1.delayq:9096,b-2.delayq:9096",

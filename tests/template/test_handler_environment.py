@@ -27,6 +27,7 @@ RESOURCE_VALUES = {
     "DelayQueue": QUEUE_URL.format(f"{STACK}-DelayQueue-3V5T7R9P1N2M"),
     "TickQueue": QUEUE_URL.format(f"{STACK}-TickQueue-8JX2K4M6N1PQ.fifo"),
     "RejectQueue": QUEUE_URL.format(f"{STACK}-RejectQueue-5B7N9M1K3J5H"),
+    "DelayDeadLetterQueue": QUEUE_URL.format(f"{STACK}-DelayDeadLetterQueue-2C4E6G8J0L1N"),
     "PayloadBucket": f"{STACK}-payloadbucket-1x2y3z4w5v6u",
     "AWS::StackName": STACK,
 }
@@ -67,7 +68,7 @@ def function_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         if name.startswith("DELAYQ_"):
             monkeypatch.delenv(name)
     # The Kafka producer is not the subject here (and would try to reach the brokers).
-    monkeypatch.setattr(runtime, "make_producer", lambda settings, secrets=None: object())
+    monkeypatch.setattr(runtime, "make_producer", lambda settings, secrets=None, cb=None: object())
     with mock_aws():
         yield
 

@@ -26,6 +26,7 @@ RESOURCE_VARIABLES = {
     c.ENV_TICK_QUEUE_URL: {"Ref": "TickQueue"},
     c.ENV_REJECT_QUEUE_URL: {"Ref": "RejectQueue"},
     c.ENV_PAYLOAD_BUCKET: {"Ref": "PayloadBucket"},
+    c.ENV_DELAY_DLQ_URL: {"Ref": "DelayDeadLetterQueue"},
 }
 
 # Exactly the function-level variables each function gets (least exposure).
@@ -38,6 +39,7 @@ FUNCTION_VARIABLES = {
         c.ENV_ALLOWED_TARGETS: {"Ref": "AllowedTargets"},
         c.ENV_MAX_PAYLOAD_BYTES: {"Ref": "MaxPayloadBytes"},
         c.ENV_OFFLOAD_THRESHOLD_BYTES: {"Ref": "OffloadThresholdBytes"},
+        c.ENV_INGEST_TIMEOUT_SECONDS: "60",
     },
     "TimerFunction": {
         c.ENV_TICK_QUEUE_URL: {"Ref": "TickQueue"},
@@ -49,9 +51,11 @@ FUNCTION_VARIABLES = {
     "EmitterFunction": {
         c.ENV_TABLE_NAME: {"Ref": "MessageTable"},
         c.ENV_DELAY_QUEUE_URL: {"Ref": "DelayQueue"},
+        c.ENV_DELAY_DLQ_URL: {"Ref": "DelayDeadLetterQueue"},
         c.ENV_REJECT_QUEUE_URL: {"Ref": "RejectQueue"},
         c.ENV_PAYLOAD_BUCKET: {"Ref": "PayloadBucket"},
         c.ENV_ALLOWED_TARGETS: {"Ref": "AllowedTargets"},
+        c.ENV_MAX_PAYLOAD_BYTES: {"Ref": "MaxPayloadBytes"},
         c.ENV_KAFKA_BOOTSTRAP: {"Ref": "KafkaBootstrapServers"},
         c.ENV_KAFKA_SECURITY: {"Ref": "KafkaSecurity"},
         c.ENV_KAFKA_SECRET_ARN: {"Fn::If": ["UsesScram", {"Ref": "KafkaSecretArn"}, ""]},
@@ -59,13 +63,11 @@ FUNCTION_VARIABLES = {
     "CleanupFunction": {
         c.ENV_TABLE_NAME: {"Ref": "MessageTable"},
         c.ENV_DELAY_QUEUE_URL: {"Ref": "DelayQueue"},
-        c.ENV_PAYLOAD_BUCKET: {"Ref": "PayloadBucket"},
     },
 }
 
 # Settings every function shares (Globals), each from the parameter of the same meaning.
 GLOBAL_SETTINGS = {
-    c.ENV_HORIZON_SECONDS: "HorizonSeconds",
     c.ENV_LOOKAHEAD_SECONDS: "LookaheadSeconds",
     c.ENV_TICK_SECONDS: "TickSeconds",
     c.ENV_SHARDS: "Shards",
@@ -76,7 +78,6 @@ GLOBAL_SETTINGS = {
 
 # Parameter defaults that must equal the code's defaults (delayq.constants).
 PARAMETER_DEFAULTS = {
-    "HorizonSeconds": c.DEFAULT_HORIZON_SECONDS,
     "LookaheadSeconds": c.DEFAULT_LOOKAHEAD_SECONDS,
     "TickSeconds": c.DEFAULT_TICK_SECONDS,
     "Shards": c.DEFAULT_SHARDS,
@@ -97,7 +98,6 @@ DEAD_LETTER_QUEUES = {
     "TickDeadLetterQueue",
     "RejectQueue",
     "TimerDeadLetterQueue",
-    "CleanupFailureQueue",
 }
 
 # The only actions AWS makes us grant on Resource '*'.
@@ -343,9 +343,11 @@ def test_cleanup_consumes_only_ttl_removals_of_messages(resources: dict[str, Any
     assert source["Stream"] == {"Fn::GetAtt": ["MessageTable", "StreamArn"]}
     assert source["BisectBatchOnFunctionError"] is True
     assert source["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    # S3: the whole batch (old images included) is kept; SQS would get coordinates only, and
+    # the TTL-deleted items are gone by then.
     assert source["DestinationConfig"]["OnFailure"] == {
-        "Type": "SQS",
-        "Destination": arn_of("CleanupFailureQueue"),
+        "Type": "S3",
+        "Destination": arn_of("PayloadBucket"),
     }
     (only,) = source["FilterCriteria"]["Filters"]
     pattern = json.loads(only["Pattern"])
@@ -483,11 +485,33 @@ def test_polled_functions_have_no_function_dead_letter_queue(resources: dict[str
             assert "DeadLetterQueue" not in props(resources, logical_id), logical_id
 
 
-def test_stream_failures_can_be_written_to_the_failure_queue(resources: dict[str, Any]) -> None:
-    assert grants(resources, "CleanupRole", "sqs:SendMessage") == [
-        arn_of("DelayQueue"),
-        arn_of("CleanupFailureQueue"),
+def test_stream_failures_can_be_written_to_the_payload_bucket(resources: dict[str, Any]) -> None:
+    assert grants(resources, "CleanupRole", "sqs:SendMessage") == [arn_of("DelayQueue")]
+    assert grants(resources, "CleanupRole", "s3:PutObject") == [
+        {"Fn::Sub": "${PayloadBucket.Arn}/aws/lambda/*"}
     ]
+    assert grants(resources, "CleanupRole", "s3:ListBucket") == [arn_of("PayloadBucket")]
+
+
+def test_the_emitter_may_send_retries_dead_letters_and_rejects(resources: dict[str, Any]) -> None:
+    # Every partial failure re-queues on the delay queue or dead-letters with a reason.
+    assert grants(resources, "EmitterRole", "sqs:SendMessage") == [
+        arn_of("DelayQueue"),
+        arn_of("DelayDeadLetterQueue"),
+        arn_of("RejectQueue"),
+    ]
+
+
+def test_the_cleanup_errors_alarm(resources: dict[str, Any]) -> None:
+    alarm = props(resources, "CleanupErrorsAlarm")
+    assert (alarm["Namespace"], alarm["MetricName"]) == ("AWS/Lambda", "Errors")
+    assert alarm["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": "CleanupFunction"}}]
+
+
+def test_a_blocked_delay_topic_partition_alarms(resources: dict[str, Any]) -> None:
+    alarm = props(resources, "IngestOffsetLagAlarm")
+    assert (alarm["Namespace"], alarm["MetricName"]) == ("AWS/Lambda", "OffsetLag")
+    assert alarm["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": "IngestFunction"}}]
 
 
 # --- storage ----------------------------------------------------------------------------------
@@ -522,13 +546,42 @@ def test_table_is_on_demand_by_default_with_a_provisioned_option(
     assert otherwise == {"Ref": "AWS::NoValue"}
 
 
-def test_payload_bucket_expires_payloads_and_rejects(resources: dict[str, Any]) -> None:
+def test_payload_bucket_expires_payloads_rejects_and_failed_batches(
+    resources: dict[str, Any],
+) -> None:
     rules = props(resources, "PayloadBucket")["LifecycleConfiguration"]["Rules"]
     expiring = {r["Prefix"]: r["ExpirationInDays"] for r in rules if "ExpirationInDays" in r}
     assert expiring == {
-        "payloads/": {"Ref": "PayloadRetentionDays"},
+        "payloads/": {"Fn::FindInMap": ["PayloadRetention", {"Ref": "MaxDelaySeconds"}, "Days"]},
         "rejected/": {"Ref": "RejectedRetentionDays"},
+        "aws/lambda/": {"Ref": "RejectedRetentionDays"},
     }
+
+
+# What a payload must outlive beyond the longest delay, in seconds: the TTL grace (at most a
+# day), TTL's own deletion lag (7 days counted), the emitter's outage limit, the dead-letter
+# queue's retention, and a day of margin.
+PAYLOAD_TAIL_SECONDS = (
+    86400 + 7 * 86400 + c.DEFAULT_TARGET_OUTAGE_MAX_SECONDS + c.SQS_MAX_RETENTION_SECONDS + 86400
+)
+
+
+def test_payloads_outlive_every_copy_of_their_message(template: dict[str, Any]) -> None:
+    retention = template["Mappings"]["PayloadRetention"]
+    allowed = template["Parameters"]["MaxDelaySeconds"]["AllowedValues"]
+    assert {str(v) for v in allowed} == set(retention)
+    assert template["Parameters"]["TtlGraceSeconds"]["MaxValue"] <= 86400
+    assert props(template["Resources"], "DelayDeadLetterQueue")["MessageRetentionPeriod"] == (
+        c.SQS_MAX_RETENTION_SECONDS
+    )
+    for max_delay, row in retention.items():
+        assert row["Days"] * 86400 >= int(max_delay) + PAYLOAD_TAIL_SECONDS, max_delay
+
+
+def test_no_function_deletes_a_payload(resources: dict[str, Any]) -> None:
+    # Every copy of a message (duplicates, retries, dead letters) must find its value.
+    for function in FUNCTIONS:
+        assert grants(resources, role_of(resources, function), "s3:DeleteObject") == [], function
 
 
 def test_payload_access_is_split_by_prefix(resources: dict[str, Any]) -> None:
@@ -536,9 +589,7 @@ def test_payload_access_is_split_by_prefix(resources: dict[str, Any]) -> None:
     rejected = {"Fn::Sub": "${PayloadBucket.Arn}/rejected/*"}
     assert grants(resources, "IngestRole", "s3:PutObject") == [payloads, rejected]
     assert grants(resources, "EmitterRole", "s3:GetObject") == [payloads]
-    assert grants(resources, "EmitterRole", "s3:DeleteObject") == [payloads]
     assert grants(resources, "EmitterRole", "s3:PutObject") == [rejected]
-    assert grants(resources, "CleanupRole", "s3:DeleteObject") == [payloads]
     assert grants(resources, "SchedulerRole", "s3:GetObject") == []
 
 
@@ -546,6 +597,7 @@ def test_payload_access_is_split_by_prefix(resources: dict[str, Any]) -> None:
     ("role", "action", "leading_keys"),
     [
         ("IngestRole", "dynamodb:GetItem", [c.WATERMARK_PK]),
+        ("IngestRole", "dynamodb:UpdateItem", [f"{c.CANCEL_PK_PREFIX}*", c.WATERMARK_PK]),
         ("SchedulerRole", "dynamodb:UpdateItem", [c.WATERMARK_PK]),
         ("CleanupRole", "dynamodb:GetItem", [c.WATERMARK_PK]),
         ("EmitterRole", "dynamodb:BatchGetItem", [f"{c.CANCEL_PK_PREFIX}*"]),
@@ -566,11 +618,26 @@ def test_item_level_access_is_limited_to_its_partition_keys(
     assert statement["Condition"][operator]["dynamodb:LeadingKeys"] == leading_keys
 
 
-def test_only_the_scheduler_moves_the_watermark(resources: dict[str, Any]) -> None:
-    movers = {
+def test_only_ingest_and_the_scheduler_update_items(resources: dict[str, Any]) -> None:
+    # The scheduler moves the watermark; ingest creates it and writes cancel markers.
+    writers = {
         f for f in FUNCTIONS if grants(resources, role_of(resources, f), "dynamodb:UpdateItem")
     }
-    assert movers == {"SchedulerFunction"}
+    assert writers == {"IngestFunction", "SchedulerFunction"}
+
+
+def test_lookahead_leaves_the_ingest_timeout_below_the_horizon(template: dict[str, Any]) -> None:
+    # The settings refuse lookahead + ingest timeout > horizon; the template cannot produce it.
+    ingest = props(template["Resources"], "IngestFunction")
+    timeout = ingest["Timeout"]
+    assert ingest["Environment"]["Variables"][c.ENV_INGEST_TIMEOUT_SECONDS] == str(timeout)
+    lookahead = template["Parameters"]["LookaheadSeconds"]["MaxValue"]
+    assert lookahead + timeout <= c.SQS_MAX_DELAY_SECONDS
+    assert "HorizonSeconds" not in template["Parameters"]  # always SQS's 900 s in AWS
+
+
+def test_shards_stay_within_what_the_progress_item_holds(template: dict[str, Any]) -> None:
+    assert template["Parameters"]["Shards"]["MaxValue"] == c.MAX_SHARDS
 
 
 # --- encryption ---------------------------------------------------------------------------------
@@ -718,6 +785,13 @@ def test_operator_parameters_exist(template: dict[str, Any]) -> None:
         ("*", False),
         ("orders.*,*", False),
         ("*,reminders", False),
+        ("**", False),
+        ("?*", False),
+        ("*?", False),
+        ("[a-z]*", False),
+        ("__consumer_offsets", False),
+        ("orders.*,__*", False),
+        ("_private.*", True),
         ("", False),
         ("orders.*,", False),
         ("orders timeout", False),

@@ -267,3 +267,61 @@ def test_expires_at_is_never_before_due_plus_grace(remainder_ms: int) -> None:
     due_ms = NOW_MS + remainder_ms
     assert buckets.expires_at(due_ms, 60) == NOW_S + 61
     assert buckets.expires_at(due_ms, 60) * 1000 >= due_ms + 60_000
+
+
+# --- late ranges -------------------------------------------------------------------------------
+
+GRACE = 3600
+NOW_S = NOW_MS // 1000
+
+
+def test_the_late_cutoff_is_where_ttl_may_have_started_less_the_clock_margin() -> None:
+    # A message due at second s expires at s + grace: by now, seconds up to now - grace may
+    # have lost messages to TTL; the margin covers clocks that disagree by minutes.
+    assert buckets.late_cutoff(NOW_MS, GRACE) == NOW_S - GRACE + 300
+
+
+def late(ranges: buckets.Ranges, first: int, last: int, cutoff: int) -> buckets.Ranges:
+    return buckets.add_late(
+        ranges, first, last, cutoff=cutoff, now_ms=NOW_MS, ttl_grace_seconds=GRACE
+    )
+
+
+def test_seconds_passed_before_the_cutoff_are_not_late() -> None:
+    assert late((), NOW_S - 10, NOW_S, cutoff=NOW_S - 11) == ()
+
+
+def test_seconds_up_to_the_cutoff_are_late() -> None:
+    assert late((), NOW_S - 10, NOW_S, cutoff=NOW_S - 4) == ((NOW_S - 10, NOW_S - 4),)
+
+
+def test_an_adjacent_range_is_extended_a_distant_one_added() -> None:
+    first = late((), NOW_S - 10, NOW_S - 5, cutoff=NOW_S)
+    assert late(first, NOW_S - 4, NOW_S - 2, cutoff=NOW_S) == ((NOW_S - 10, NOW_S - 2),)
+    assert late(first, NOW_S - 1, NOW_S, cutoff=NOW_S) == (
+        (NOW_S - 10, NOW_S - 5),
+        (NOW_S - 1, NOW_S),
+    )
+
+
+def test_ranges_whose_ttl_removals_are_long_past_are_dropped() -> None:
+    keep = buckets.due_second(NOW_MS) - GRACE - 30 * 86400
+    old = ((keep - 100, keep - 1), (keep - 1, keep + 5))
+    assert late(old, NOW_S + 1, NOW_S + 2, cutoff=NOW_S) == ((keep - 1, keep + 5),)
+
+
+def test_too_many_ranges_merge_the_oldest_which_only_widens_them() -> None:
+    ranges = tuple((NOW_S - 1000 + 10 * i, NOW_S - 1000 + 10 * i + 1) for i in range(64))
+    grown = late(ranges, NOW_S, NOW_S, cutoff=NOW_S)
+    assert len(grown) == 64
+    assert grown[0] == (ranges[0][0], ranges[1][1])
+    assert grown[-1] == (NOW_S, NOW_S)
+    covered = {s for a, b in grown for s in range(a, b + 1)}
+    assert all(s in covered for a, b in ranges for s in range(a, b + 1))
+
+
+@PROPERTY
+@given(st.lists(st.tuples(st.integers(-(10**6), 10**6), st.integers(0, 1000)), max_size=70))
+def test_ranges_survive_their_stored_form(pairs: list[tuple[int, int]]) -> None:
+    ranges = tuple((a, a + width) for a, width in pairs)
+    assert buckets.parse_ranges(buckets.format_ranges(ranges)) == ranges

@@ -19,6 +19,8 @@ from delayq.contract import (
     Envelope,
     Reason,
     RejectedRecord,
+    dead_letter_of,
+    dead_letter_text,
     delivery_headers,
     estimated_body_bytes,
     headers_from_json,
@@ -82,6 +84,16 @@ def test_missing_key_and_value_stay_none(settings: Settings) -> None:
 def test_relative_seconds_count_from_the_record_timestamp_not_now(settings: Settings) -> None:
     record = kafka_record(timestamp=NOW_MS - 5000, target="reminders", seconds="30")
     assert parse(record, settings, now_ms=NOW_MS).due_ms == NOW_MS + 25_000
+
+
+def test_a_request_and_a_cancel_carry_their_record_timestamp(settings: Settings) -> None:
+    # It orders a message against the cancels of its id.
+    message = kafka_record(timestamp=NOW_MS - 7, target="reminders", seconds="30", id="r-1")
+    cancel = kafka_record(timestamp=NOW_MS - 3, cancel="r-1")
+    assert parse(message, settings).ts_ms == NOW_MS - 7
+    assert parse_record(cancel, settings, NOW_MS) == CancelRequest(
+        "r-1", "delay-requests-0-0", NOW_MS - 3
+    )
 
 
 def test_relative_ms_count_from_the_record_timestamp_not_now(settings: Settings) -> None:
@@ -214,7 +226,9 @@ def test_a_null_headers_field_is_read_as_no_headers(settings: Settings) -> None:
 def test_cancel_record_needs_no_target_due_or_valid_value(settings: Settings) -> None:
     record = kafka_record(offset=4, cancel=" order-42 ")
     record["value"] = "not base64!"
-    assert parse_record(record, settings, NOW_MS) == CancelRequest("order-42", "delay-requests-0-4")
+    assert parse_record(record, settings, NOW_MS) == CancelRequest(
+        "order-42", "delay-requests-0-4", NOW_MS
+    )
 
 
 def test_delay_of_exactly_the_maximum_is_accepted(settings: Settings) -> None:
@@ -244,7 +258,7 @@ def test_id_of_exactly_the_maximum_bytes_is_accepted(settings: Settings, delay_i
 def test_cancel_id_of_exactly_the_maximum_bytes_is_accepted(settings: Settings) -> None:
     cancel_id = "\U0001f600" * 256
     assert parse_record(kafka_record(cancel=cancel_id), settings, NOW_MS) == CancelRequest(
-        cancel_id, "delay-requests-0-0"
+        cancel_id, "delay-requests-0-0", NOW_MS
     )
 
 
@@ -654,8 +668,9 @@ def test_bad_record_is_rejected_with_a_precise_reason(
 
 def test_every_input_reason_has_a_rejection_case() -> None:
     covered = {reason for _, _, reason, _ in REJECTIONS}
-    # bad-envelope is the emitter's verdict on a queue body, not on an input record.
-    assert covered == set(Reason) - {Reason.BAD_ENVELOPE}
+    # bad-envelope is the emitter's verdict on a queue body, not on an input record;
+    # internal-error is ingest's for a record the parser itself failed on (test_ingest).
+    assert covered == set(Reason) - {Reason.BAD_ENVELOPE, Reason.INTERNAL_ERROR}
 
 
 def test_reason_codes_are_the_documented_strings() -> None:
@@ -673,6 +688,7 @@ def test_reason_codes_are_the_documented_strings() -> None:
             "payload-too-large",
             "bad-id",
             "bad-envelope",
+            "internal-error",
         ]
     )
 
@@ -747,6 +763,9 @@ requests = st.builds(
     headers=st.lists(st.tuples(names, optional_bytes), max_size=12).map(tuple),
     src=names,
     payload_ref=st.none() | st.text(max_size=200),
+    ts_ms=st.integers(min_value=0, max_value=2**53),
+    offloaded_bytes=st.integers(min_value=0, max_value=5 * 2**20),
+    attempts=st.integers(min_value=0, max_value=100),
 )
 
 
@@ -776,6 +795,40 @@ def test_envelope_encodes_the_documented_version_1_layout() -> None:
         "payload_ref": None,
         "src": "delay-requests-0-0",
     }
+
+
+def test_envelope_carries_the_record_time_offloaded_size_and_refusals_when_set() -> None:
+    request = replace(delay_request(), ts_ms=NOW_MS - 5, offloaded_bytes=300_000, attempts=2)
+    body = json.loads(Envelope(request).encode())
+    assert (body["ts"], body["pb"], body["n"]) == (NOW_MS - 5, 300_000, 2)
+    assert Envelope.decode(Envelope(request).encode()).request == request
+
+
+def test_an_envelope_without_the_newer_numbers_reads_them_as_zero() -> None:
+    # Written before they existed (or left out because they are 0).
+    request = Envelope.decode(json.dumps(VALID_BODY)).request
+    assert (request.ts_ms, request.offloaded_bytes, request.attempts) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("name", ["ts", "pb", "n"])
+@pytest.mark.parametrize("bad", [-1, "3", 1.5, True, None])
+def test_an_envelope_number_that_is_not_a_count_is_not_ours(name: str, bad: object) -> None:
+    with pytest.raises(EnvelopeError, match=f"not a delay-queue envelope: {name}"):
+        Envelope.decode(json.dumps({**VALID_BODY, name: bad}))
+
+
+def test_a_dead_letter_keeps_the_entry_whole_and_says_why() -> None:
+    entry = Envelope(delay_request(value=None, payload_ref="s3://b/payloads/x/1")).encode()
+    text = dead_letter_text(entry, "target-refused", "MSG_SIZE_TOO_LARGE", NOW_MS)
+    assert dead_letter_of(text) == {
+        "reason": "target-refused",
+        "detail": "MSG_SIZE_TOO_LARGE",
+        "at_ms": NOW_MS,
+    }
+    # Readers of envelopes ignore the record: a redrive reads it like any other.
+    assert Envelope.decode(text) == Envelope.decode(entry)
+    assert dead_letter_of(entry) is None
+    assert dead_letter_of("not json") is None
 
 
 def test_envelope_decodes_an_offloaded_value_pointer() -> None:

@@ -5,19 +5,26 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import boto3
 import confluent_kafka
 import pytest
+from confluent_kafka import KafkaError
 from moto import mock_aws
 
+from delayq.contract import DelayRequest, delivery_headers
 from delayq.exceptions import ConfigurationError
 from delayq.kafka import (
     NO_REPORT,
+    Failure,
     KafkaDelivery,
     OutRecord,
+    ProducerFactory,
+    Undelivered,
+    classify,
     make_producer,
     msk_iam_token,
     producer_config,
@@ -33,6 +40,11 @@ def kafka_settings(security: str = "PLAINTEXT", **overrides: Any) -> Settings:
     if security.startswith("SASL_SCRAM"):
         overrides.setdefault("kafka_secret_arn", SECRET_ARN)
     return Settings(kafka_bootstrap="b-1:9096,b-2:9096", kafka_security=security, **overrides)
+
+
+def fixed(producer: Any) -> ProducerFactory:
+    """A factory that always hands out the same producer (it is never rebuilt)."""
+    return lambda _on_error: producer
 
 
 def record(topic: str = "orders.timeout", value: bytes | None = b"v") -> OutRecord:
@@ -56,6 +68,8 @@ def test_plaintext_config_is_idempotent_with_acks_all() -> None:
         "linger.ms": 2,
         "message.timeout.ms": 2500,
         "client.id": "delayq-emitter",
+        "message.max.bytes": 1024 * 1024 + 64 * 1024,
+        "queue.buffering.max.kbytes": 32 * 1024,
         "security.protocol": "PLAINTEXT",
     }
 
@@ -249,7 +263,7 @@ class SlowReports(FakeProducer):
 
 def test_deliver_returns_none_for_every_acknowledged_record() -> None:
     producer = FakeProducer()
-    results = KafkaDelivery(producer, 1.0).deliver([record("orders.a"), record("reminders")])
+    results = KafkaDelivery(fixed(producer), 1.0).deliver([record("orders.a"), record("reminders")])
     assert results == [None, None]
     assert [(p.topic, p.key, p.value, p.headers) for p in producer.produced] == [
         ("orders.a", b"k", b"v", [("trace", b"t-1"), ("empty", None)]),
@@ -259,43 +273,45 @@ def test_deliver_returns_none_for_every_acknowledged_record() -> None:
 
 def test_deliver_reports_each_failed_record_with_its_error() -> None:
     producer = FakeProducer(fail_topics={"orders.gone"})
-    results = KafkaDelivery(producer, 1.0).deliver(
+    results = KafkaDelivery(fixed(producer), 1.0).deliver(
         [record("orders.a"), record("orders.gone"), record("reminders")]
     )
-    assert results == [None, "KafkaError{code=UNKNOWN_TOPIC_OR_PART}", None]
+    assert [r and r.failure for r in results] == [None, Failure.REFUSED, None]
+    assert results[1] is not None
+    assert "UNKNOWN_TOPIC_OR_PART" in results[1].detail
 
 
 def test_a_full_local_queue_is_served_and_the_record_produced_again() -> None:
     producer = FullOnce()
-    results = KafkaDelivery(producer, 1.0).deliver([record()])
+    results = KafkaDelivery(fixed(producer), 1.0).deliver([record()])
     assert results == [None]
     assert producer.polls == [0.05]
     assert len(producer.produced) == 1
 
 
 def test_a_refused_produce_fails_that_record_only() -> None:
-    results: list[str | None] = []
-    KafkaDelivery(FakeProducer(refuse=True), 1.0).produce(record(), results.append)
-    assert results == ["produce refused: refused by the test"]
+    results: list[Undelivered | None] = []
+    KafkaDelivery(fixed(FakeProducer(refuse=True)), 1.0).produce(record(), results.append)
+    assert results == [Undelivered(Failure.REFUSED, "produce refused: refused by the test")]
 
 
 def test_records_without_a_delivery_report_stay_failed() -> None:
     producer = FakeProducer(silent=True)
-    delivery = KafkaDelivery(producer, 0.0)
+    delivery = KafkaDelivery(fixed(producer), 0.0)
     assert delivery.deliver([record(), record()]) == [NO_REPORT, NO_REPORT]
     assert producer.produced == []
 
 
 def test_flush_returns_how_many_reports_are_still_missing() -> None:
     producer = FakeProducer(silent=True)
-    delivery = KafkaDelivery(producer, 0.0)
+    delivery = KafkaDelivery(fixed(producer), 0.0)
     delivery.produce(record(), lambda _: None)
     assert delivery.flush() == 1
 
 
 def test_flush_keeps_waiting_for_late_reports_within_the_timeout() -> None:
     producer = SlowReports()
-    delivery = KafkaDelivery(producer, 30.0)
+    delivery = KafkaDelivery(fixed(producer), 30.0)
     assert delivery.deliver([record()]) == [None]
     assert len(producer.flushes) == 2
     assert producer.flushes[0] == 30.0
@@ -304,5 +320,190 @@ def test_flush_keeps_waiting_for_late_reports_within_the_timeout() -> None:
 
 def test_deliver_of_no_records_produces_nothing() -> None:
     producer = FakeProducer()
-    assert KafkaDelivery(producer, 1.0).deliver([]) == []
+    assert KafkaDelivery(fixed(producer), 1.0).deliver([]) == []
     assert producer.produced == []
+
+
+# --- failure classes ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NETWORK_EXCEPTION,
+    ],
+)
+def test_a_cluster_that_cannot_be_reached_is_unavailable(code: int) -> None:
+    assert classify(KafkaError(code)).failure is Failure.UNAVAILABLE
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError.INVALID_RECORD,
+    ],
+)
+def test_a_record_the_cluster_refuses_is_refused(code: int) -> None:
+    assert classify(KafkaError(code)).failure is Failure.REFUSED
+
+
+def test_an_error_kafka_marks_retriable_or_fatal_is_unavailable() -> None:
+    assert classify(KafkaError(KafkaError.UNKNOWN, retriable=True)).failure is Failure.UNAVAILABLE
+    assert classify(KafkaError(KafkaError.UNKNOWN, fatal=True)).failure is Failure.UNAVAILABLE
+
+
+def test_an_exception_from_produce_is_classified_by_the_kafka_error_it_carries() -> None:
+    too_large = confluent_kafka.KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+    assert classify(too_large).failure is Failure.REFUSED
+    assert classify(ValueError("not kafka's")).failure is Failure.REFUSED
+
+
+def test_no_delivery_report_counts_as_unavailable() -> None:
+    assert NO_REPORT.failure is Failure.UNAVAILABLE
+
+
+# --- fatal errors: the producer is built again -------------------------------------------------
+
+
+class FatalOnce(FakeProducer):
+    """Its first record gets a fatal error (an idempotent producer's sequence broke)."""
+
+    def flush(self, timeout: float = 0) -> int:
+        pending, self._pending = self._pending, []
+        for callback, _ in pending:
+            callback(KafkaError(KafkaError._FATAL, fatal=True), None)
+        return 0
+
+
+def test_a_fatal_error_makes_the_next_record_use_a_new_producer() -> None:
+    built: list[FakeProducer] = []
+
+    def factory(on_error: Any) -> FakeProducer:
+        producer: FakeProducer = FatalOnce() if not built else FakeProducer()
+        built.append(producer)
+        return producer
+
+    delivery = KafkaDelivery(factory, 1.0)
+    first = delivery.deliver([record()])
+    second = delivery.deliver([record()])
+    assert [r and r.failure for r in first] == [Failure.UNAVAILABLE]
+    assert second == [None]
+    assert (len(built), delivery.rebuilds) == (2, 1)
+    assert len(built[1].produced) == 1
+
+
+def test_a_fatal_error_reported_to_the_error_callback_also_rebuilds() -> None:
+    callbacks: list[Any] = []
+
+    def factory(on_error: Any) -> FakeProducer:
+        callbacks.append(on_error)
+        return FakeProducer()
+
+    delivery = KafkaDelivery(factory, 1.0)
+    assert delivery.deliver([record()]) == [None]
+    callbacks[0](KafkaError(KafkaError._FATAL, fatal=True))
+    callbacks[0](KafkaError(KafkaError._TRANSPORT))  # not fatal: nothing to rebuild for
+    assert delivery.deliver([record()]) == [None]
+    assert (len(callbacks), delivery.rebuilds) == (2, 1)
+
+
+def test_the_producer_is_built_at_once_and_only_once_while_healthy() -> None:
+    # At once: a configuration error fails the cold start, not every delivery.
+    built: list[int] = []
+
+    def factory(on_error: Any) -> FakeProducer:
+        built.append(1)
+        return FakeProducer()
+
+    delivery = KafkaDelivery(factory, 1.0)
+    assert built == [1]
+    delivery.deliver([record(), record()])
+    delivery.deliver([record()])
+    assert built == [1]
+
+
+def test_a_producer_that_cannot_be_configured_fails_construction() -> None:
+    def factory(on_error: Any) -> FakeProducer:
+        raise ConfigurationError("SASL/SCRAM needs credentials from Secrets Manager")
+
+    with pytest.raises(ConfigurationError):
+        KafkaDelivery(factory, 1.0)
+
+
+@pytest.mark.usefixtures("captured")
+def test_make_producer_hands_the_error_callback_to_librdkafka() -> None:
+    def on_error(_: Any) -> None:
+        return None
+
+    assert make_producer(kafka_settings(), error_cb=on_error).config["error_cb"] is on_error
+
+
+@pytest.mark.parametrize(
+    ("max_payload", "expected"),
+    [
+        (1024, 1_000_000),
+        (1024 * 1024, 1024 * 1024 + 64 * 1024),
+        (5 * 1024 * 1024, 5 * 1024 * 1024 + 64 * 1024),
+    ],
+)
+def test_message_max_bytes_follows_the_payload_limit(max_payload: int, expected: int) -> None:
+    # librdkafka's default (1,000,000) would refuse a 1 MiB value that ingest accepts.
+    config = producer_config(kafka_settings(max_payload_bytes=max_payload))
+    assert config["message.max.bytes"] == expected
+
+
+# --- the largest record ingest accepts fits the producer ----------------------------------------
+
+
+def largest_accepted_record(settings: Settings) -> OutRecord:
+    """Key + value + user headers at the payload limit, the longest id, the delivery headers."""
+    request = DelayRequest(
+        "\U0001f600" * 256,  # 1,024 bytes of UTF-8: the longest id
+        "orders.timeout",
+        2**53,
+        b"k" * 1000,
+        b"",
+        (("trace", b"t" * 1000),),
+        "delay-requests-11-123456789",
+    )
+    value = b"v" * (settings.max_payload_bytes - request.size)
+    request = replace(request, value=value)
+    assert request.size == settings.max_payload_bytes
+    return OutRecord(
+        request.target,
+        request.key,
+        request.value,
+        delivery_headers(request, 2**53, 2**31),
+    )
+
+
+@pytest.mark.parametrize("max_payload", [1024 * 1024, 5 * 1024 * 1024])
+def test_librdkafka_takes_the_largest_record_ingest_accepts(max_payload: int) -> None:
+    settings = kafka_settings(max_payload_bytes=max_payload)
+    # No broker is needed: librdkafka checks a record's size when it is produced.
+    config = {**producer_config(settings), "bootstrap.servers": "127.0.0.1:1"}
+    producer = confluent_kafka.Producer(config)
+    record = largest_accepted_record(settings)
+    producer.produce(record.topic, value=record.value, key=record.key, headers=record.headers)
+    producer.purge()
+
+
+def test_librdkafkas_default_limit_would_refuse_a_1_mib_value() -> None:
+    # Why the limit is a setting: with the client's default, every 1 MiB message would fail.
+    settings = kafka_settings(max_payload_bytes=1024 * 1024)
+    config = {**producer_config(settings), "bootstrap.servers": "127.0.0.1:1"}
+    del config["message.max.bytes"]
+    producer = confluent_kafka.Producer(config)
+    record = largest_accepted_record(settings)
+    with pytest.raises(confluent_kafka.KafkaException) as caught:
+        producer.produce(record.topic, value=record.value, key=record.key, headers=record.headers)
+    assert caught.value.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE

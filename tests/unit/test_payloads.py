@@ -1,4 +1,4 @@
-"""The S3 claim-check on moto: offload, restore, delete, oversize rejects, references."""
+"""The S3 claim-check on moto: offload, restore, oversize rejects, references."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from delayq.contract import DelayRequest, Reason, Rejection
-from delayq.exceptions import PayloadStoreError
+from delayq.exceptions import PayloadMissingError, PayloadStoreError
 from delayq.payloads import PayloadStore, parse_ref, payload_key
 from delayq.retry import Deadline
 from tests.factories import (
@@ -117,9 +117,38 @@ def test_restore_passes_a_request_without_pointer_through(payloads: PayloadStore
     assert payloads.restore(request, deadline()) is request
 
 
-def test_restore_of_a_missing_object_is_a_payload_error(payloads: PayloadStore) -> None:
-    with pytest.raises(PayloadStoreError, match="get payload"):
+def test_restore_of_a_missing_object_says_it_is_missing(payloads: PayloadStore) -> None:
+    # No retry can bring it back: the emitter dead-letters the message at once.
+    with pytest.raises(PayloadMissingError, match="does not exist"):
         payloads.restore(pointing_at_its_own_key(payloads), deadline())
+
+
+def test_restore_that_cannot_reach_s3_is_a_payload_error_not_missing(aws: AwsResources) -> None:
+    def get_object(**_: Any) -> Any:
+        raise client_error("AccessDenied", status=403)
+
+    store = PayloadStore(
+        ClientProxy(aws.s3, get_object=get_object), aws.settings.payload_bucket, no_sleep_backoff()
+    )
+    with pytest.raises(PayloadStoreError) as caught:
+        store.restore(pointing_at_its_own_key(store), deadline())
+    assert not isinstance(caught.value, PayloadMissingError)
+
+
+def test_offload_records_the_size_of_the_value_it_moved(payloads: PayloadStore) -> None:
+    # What a bundle and the emitter's fetch budget count: the value, not the pointer.
+    assert payloads.offload(delay_request(value=VALUE), deadline()).offloaded_bytes == len(VALUE)
+
+
+def test_a_payload_is_never_deleted_by_restoring_it(
+    payloads: PayloadStore, aws: AwsResources
+) -> None:
+    # Every copy of a message (duplicates, retries, dead letters) must find its value:
+    # removal is the bucket lifecycle's, after the template's retention.
+    offloaded = payloads.offload(delay_request(value=VALUE), deadline())
+    payloads.restore(offloaded, deadline())
+    assert payloads.restore(offloaded, deadline()).value == VALUE
+    assert len(keys(aws)) == 1
 
 
 def test_restore_of_a_bad_reference_is_a_payload_error(payloads: PayloadStore) -> None:
@@ -147,33 +176,9 @@ def test_a_throttled_offload_is_retried(aws: AwsResources) -> None:
     assert len(proxy.calls) == 2
 
 
-# --- delete ------------------------------------------------------------------------------------
-
-
-def test_delete_removes_the_object(payloads: PayloadStore, aws: AwsResources) -> None:
-    offloaded = payloads.offload(delay_request(value=VALUE), deadline())
-    payloads.delete(offloaded, deadline())
-    assert keys(aws) == []
-
-
-def test_delete_of_a_missing_object_is_fine(payloads: PayloadStore, aws: AwsResources) -> None:
-    payloads.delete(pointing_at_its_own_key(payloads), deadline())
-    assert keys(aws) == []
-
-
-def test_delete_of_a_bad_reference_is_a_payload_error(payloads: PayloadStore) -> None:
-    with pytest.raises(PayloadStoreError, match="not this message's payload"):
-        payloads.delete(delay_request(value=None, payload_ref="s3://bucket-only"), deadline())
-
-
-def test_delete_of_a_request_without_pointer_is_a_payload_error(payloads: PayloadStore) -> None:
-    with pytest.raises(PayloadStoreError, match="not this message's payload"):
-        payloads.delete(delay_request(value=b"inline"), deadline())
-
-
 # --- a pointer must be the message's own ------------------------------------------------------
 # A body forged onto the delay queue (or an item written into the store) must not make the
-# emitter or the cleanup read or delete any other object.
+# emitter read any other object.
 
 OWN = delay_request(delay_id="order-1", value=None)
 OTHER_BUCKET = "someone-elses-bucket"
@@ -212,32 +217,14 @@ def test_restore_refuses_a_pointer_that_is_not_the_message_own(
         payloads.restore(forged.request, deadline())
 
 
-def test_delete_refuses_a_pointer_that_is_not_the_message_own(
-    payloads: PayloadStore, forged: Forged
-) -> None:
-    with pytest.raises(PayloadStoreError, match="is not this message's payload"):
-        payloads.delete(forged.request, deadline())
-
-
-def test_a_refused_delete_leaves_the_other_object_alone(
-    payloads: PayloadStore, forged: Forged, aws: AwsResources
-) -> None:
-    with pytest.raises(PayloadStoreError):
-        payloads.delete(forged.request, deadline())
-    assert aws.s3.get_object(Bucket=forged.bucket, Key=forged.key)["Body"].read() == b"theirs"
-
-
-@pytest.mark.parametrize("operation", ["restore", "delete"])
-def test_a_foreign_pointer_is_refused_before_any_s3_call(
-    aws: AwsResources, forged: Forged, operation: str
-) -> None:
+def test_a_foreign_pointer_is_refused_before_any_s3_call(aws: AwsResources, forged: Forged) -> None:
     def refuse(**_: Any) -> Any:
         raise AssertionError("no S3 call expected")
 
-    proxy = ClientProxy(aws.s3, get_object=refuse, delete_object=refuse)
+    proxy = ClientProxy(aws.s3, get_object=refuse)
     store = PayloadStore(proxy, aws.settings.payload_bucket, no_sleep_backoff())
     with pytest.raises(PayloadStoreError):
-        getattr(store, operation)(forged.request, deadline())
+        store.restore(forged.request, deadline())
     assert proxy.calls == []
 
 

@@ -48,6 +48,10 @@ def test_from_env_reads_every_variable_with_its_type() -> None:
         "DELAYQ_KAFKA_TIMEOUT_SECONDS": "2.5",
         "DELAYQ_STATS_FLUSH_MESSAGES": "1",
         "DELAYQ_SCHEDULER_PAGE_ITEMS": "25",
+        "DELAYQ_INGEST_TIMEOUT_SECONDS": "10",
+        "DELAYQ_DELAY_DLQ_URL": "https://sqs/delay-dlq",
+        "DELAYQ_DELIVERY_MAX_ATTEMPTS": "3",
+        "DELAYQ_TARGET_OUTAGE_MAX_SECONDS": "600",
         "AWS_REGION": "eu-west-1",
     }
     assert Settings.from_env(env) == Settings(
@@ -74,6 +78,10 @@ def test_from_env_reads_every_variable_with_its_type() -> None:
         kafka_timeout_seconds=2.5,
         stats_flush_messages=1,
         scheduler_page_items=25,
+        ingest_timeout_seconds=10,
+        delay_dlq_url="https://sqs/delay-dlq",
+        delivery_max_attempts=3,
+        target_outage_max_seconds=600,
         region="eu-west-1",
     )
 
@@ -120,7 +128,26 @@ def test_a_variable_that_is_not_a_number_names_itself(var: str, raw: str) -> Non
         ({"lookahead_seconds": 900}, "lookahead_seconds must be > 0 and < horizon_seconds"),
         ({"lookahead_seconds": 0}, "lookahead_seconds must be > 0 and < horizon_seconds"),
         ({"tick_seconds": 0}, "tick_seconds must be > 0"),
-        ({"shards": 0}, "shards must be >= 1"),
+        ({"shards": 0}, "shards must be 1..256"),
+        ({"shards": 257}, "shards must be 1..256"),
+        (
+            {"lookahead_seconds": 841},
+            "lookahead_seconds \\+ ingest_timeout_seconds must be <= horizon_seconds",
+        ),
+        (
+            {"horizon_seconds": 60, "lookahead_seconds": 50, "ingest_timeout_seconds": 11},
+            "lookahead_seconds \\+ ingest_timeout_seconds must be <= horizon_seconds",
+        ),
+        ({"ingest_timeout_seconds": 0}, "ingest_timeout_seconds must be >= 1"),
+        ({"delivery_max_attempts": 0}, "delivery_max_attempts must be >= 1"),
+        ({"target_outage_max_seconds": -1}, "target_outage_max_seconds must be >= 0"),
+        ({"allowed_targets": ("*",)}, "starts with a wildcard"),
+        ({"allowed_targets": ("orders", "**")}, "starts with a wildcard"),
+        ({"allowed_targets": ("?*",)}, "starts with a wildcard"),
+        ({"allowed_targets": ("*?",)}, "starts with a wildcard"),
+        ({"allowed_targets": ("[a-z]*",)}, "starts with a wildcard"),
+        ({"allowed_targets": ("__consumer_offsets",)}, "names internal topics"),
+        ({"allowed_targets": ("__*",)}, "names internal topics"),
         ({"stats_flush_messages": 0}, "stats_flush_messages must be >= 1"),
         ({"scheduler_page_items": 0}, "scheduler_page_items must be >= 1"),
         ({"max_delay_seconds": 0}, "max_delay_seconds must be >= 1"),
@@ -138,14 +165,21 @@ def test_invalid_settings_are_refused(overrides: dict[str, object], problem: str
 
 
 def test_boundary_settings_are_accepted() -> None:
-    s = Settings(horizon_seconds=900, lookahead_seconds=899, emit_lead_ms=3000, max_hold_ms=3000)
-    assert (s.lookahead_seconds, s.emit_lead_ms) == (899, 3000)
+    s = Settings(
+        horizon_seconds=900,
+        lookahead_seconds=840,
+        emit_lead_ms=3000,
+        max_hold_ms=3000,
+        shards=256,
+        ingest_timeout_seconds=60,
+    )
+    assert (s.lookahead_seconds, s.emit_lead_ms, s.shards) == (840, 3000, 256)
 
 
 def test_every_problem_is_reported_at_once() -> None:
     with pytest.raises(ConfigurationError) as caught:
         Settings(tick_seconds=0, shards=0)
-    assert str(caught.value) == "tick_seconds must be > 0; shards must be >= 1"
+    assert str(caught.value) == "tick_seconds must be > 0; shards must be 1..256"
 
 
 def test_settings_are_frozen() -> None:
@@ -176,6 +210,12 @@ def test_with_overrides_copies_and_validates_again() -> None:
 )
 def test_target_allow_list_matches_names_and_patterns(topic: str, allowed: bool) -> None:
     assert Settings(allowed_targets=("orders.*", "reminders")).target_allowed(topic) is allowed
+
+
+@pytest.mark.parametrize("topic", ["__consumer_offsets", "__transaction_state", "__x"])
+def test_internal_topics_are_never_targets_whatever_the_allow_list(topic: str) -> None:
+    # A pattern that starts with a literal may still match them ('_*'): refused at match time.
+    assert not Settings(allowed_targets=("_*",)).target_allowed(topic)
 
 
 def test_nothing_is_allowed_by_default() -> None:

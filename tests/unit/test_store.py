@@ -1,18 +1,26 @@
-"""The DynamoDB adapter on moto: items, shards, TTL filtering, batches, cancels, watermark."""
+"""The DynamoDB adapter on moto: items, shards, expired items, batches, cancels, watermark."""
 
 from __future__ import annotations
 
 import base64
+from dataclasses import replace
 from typing import Any, cast
 
 import pytest
 
 from delayq import buckets
-from delayq.contract import DelayRequest
+from delayq.contract import CancelRequest, DelayRequest
 from delayq.exceptions import RetriesExhaustedError, StoreError, WatermarkConflictError
 from delayq.retry import Deadline
 from delayq.settings import Settings
-from delayq.store import MessageStore, Watermark, cancel_key, message_item, request_from_item
+from delayq.store import (
+    MessageStore,
+    Watermark,
+    cancel_covers,
+    cancel_key,
+    message_item,
+    request_from_item,
+)
 from tests.factories import (
     NOW_MS,
     AwsResources,
@@ -66,6 +74,12 @@ def query_one(store: MessageStore, second: int, now_ms: int, shards: int = 4) ->
         found += [m for page in pages for m in page.messages]
         starts = [(page.pk, page.last_key) for page in pages if page.last_key is not None]
     return found
+
+
+def second_of(store: MessageStore) -> int | None:
+    """The watermark's second, or None when there is no watermark."""
+    mark = store.read_watermark(deadline())
+    return None if mark is None else mark.second
 
 
 def sorted_by_id(found: list[DelayRequest]) -> list[DelayRequest]:
@@ -192,28 +206,35 @@ def test_query_pages_of_nothing_asks_nothing(aws: AwsResources) -> None:
     assert proxy.calls == []
 
 
-def test_an_expired_item_still_counts_towards_the_page(aws: AwsResources) -> None:
+def test_an_expired_item_that_ttl_has_not_deleted_is_still_read(aws: AwsResources) -> None:
+    # TTL deletes late ("within a few days"): whatever the scheduler has not passed was never
+    # sent, so an expired message is sent late rather than dropped.
     store = make_store(aws.dynamodb, aws.settings.with_overrides(shards=1), ttl_grace_seconds=10)
     store.put_messages([delay_request(delay_id="b-live", due_ms=NOW_MS)], NOW_MS, deadline())
-    # The same due-second, but expired (TTL in the past) and not deleted yet.
     expired = message_item(delay_request(delay_id="a-expired", due_ms=NOW_MS), 1, -100)
     aws.dynamodb.put_item(TableName=aws.settings.table_name, Item=expired)
     pk = buckets.bucket_key(NOW_MS // 1000, 0)
     first = store.query_pages([(pk, None)], 1, NOW_MS, deadline())[0]
-    assert (first.messages, first.last_key) == ([], "a-expired")
+    assert ([r.delay_id for r in first.messages], first.last_key) == (["a-expired"], "a-expired")
     second = store.query_pages([(pk, first.last_key)], 1, NOW_MS, deadline())[0]
     assert [r.delay_id for r in second.messages] == ["b-live"]
 
 
-@pytest.mark.parametrize(("after_expiry_ms", "found"), [(-1, 1), (0, 0), (5000, 0)])
-def test_expired_items_are_filtered_out_by_the_query(
-    aws: AwsResources, after_expiry_ms: int, found: int
-) -> None:
+@pytest.mark.parametrize("after_expiry_ms", [-1, 0, 5000, 3 * 86_400_000])
+def test_a_query_ignores_expiry(aws: AwsResources, after_expiry_ms: int) -> None:
     store = make_store(aws.dynamodb, aws.settings, ttl_grace_seconds=10)
     store.put_messages([delay_request(due_ms=NOW_MS)], NOW_MS, deadline())
     expires_ms = (NOW_MS // 1000 + 10) * 1000
-    now_ms = expires_ms + after_expiry_ms
-    assert len(query_one(store, NOW_MS // 1000, now_ms)) == found
+    assert len(query_one(store, NOW_MS // 1000, expires_ms + after_expiry_ms)) == 1
+
+
+def test_queries_are_strongly_consistent(aws: AwsResources) -> None:
+    # The ingest guard rests on it: a write completed before the Query is in its answer.
+    proxy = ClientProxy(aws.dynamodb, query=aws.dynamodb.query)
+    make_store(proxy, aws.settings).query_pages(
+        [("1#0", None), ("1#1", "x")], 5, NOW_MS, deadline()
+    )
+    assert [kw["ConsistentRead"] for _, kw in proxy.calls] == [True, True]
 
 
 def test_query_one_follows_every_page(aws: AwsResources) -> None:
@@ -252,10 +273,13 @@ def test_one_id_twice_in_a_batch_is_one_item_the_last_write_wins(aws: AwsResourc
     assert len(all_items(aws)) == 1
 
 
-def test_one_cancel_twice_in_a_batch_is_one_marker(aws: AwsResources) -> None:
-    store = make_store(strict_batch_writes(aws), aws.settings)
-    store.put_cancels(["order-1", "order-1"], NOW_MS, deadline())
-    assert store.cancelled(["order-1"], deadline()) == {"order-1"}
+def test_one_cancel_twice_in_a_batch_is_one_marker_the_latest(aws: AwsResources) -> None:
+    store = make_store(aws.dynamodb, aws.settings)
+    store.put_cancels([cancel("order-1", 10), cancel("order-1", 20)], NOW_MS, deadline())
+    assert store.cancels(["order-1"], deadline()) == {
+        "order-1": (NOW_MS + 20, "delay-requests-0-20")
+    }
+    assert len(all_items(aws)) == 1
 
 
 def test_one_id_with_two_due_seconds_is_two_items(store: MessageStore, aws: AwsResources) -> None:
@@ -345,21 +369,21 @@ def test_query_of_a_missing_table_is_a_store_error(missing_table: MessageStore) 
 
 def test_reading_cancels_of_a_missing_table_is_a_store_error(missing_table: MessageStore) -> None:
     with pytest.raises(StoreError, match="read cancel markers"):
-        missing_table.cancelled(["order-1"], deadline())
+        missing_table.cancelled([delay_request()], deadline())
 
 
 def test_reading_the_watermark_of_a_missing_table_is_a_store_error(
     missing_table: MessageStore,
 ) -> None:
     with pytest.raises(StoreError, match="read watermark"):
-        missing_table.get_watermark(deadline())
+        second_of(missing_table)
 
 
 def test_advancing_the_watermark_of_a_missing_table_is_not_a_conflict(
     missing_table: MessageStore,
 ) -> None:
     with pytest.raises(StoreError) as caught:
-        missing_table.advance_watermark(None, DUE_S, NOW_MS, deadline())
+        missing_table.create_watermark(DUE_S, NOW_MS, deadline())
     assert not isinstance(caught.value, WatermarkConflictError)
 
 
@@ -376,16 +400,36 @@ def test_put_item_writes_one_item(store: MessageStore, aws: AwsResources) -> Non
 # --- cancel markers ----------------------------------------------------------------------------
 
 
+def cancel(delay_id: str, offset: int, *, ts_ms: int | None = None) -> CancelRequest:
+    """A cancel record at ``offset`` of partition 0, written at ``NOW_MS + offset``."""
+    return CancelRequest(
+        delay_id, f"delay-requests-0-{offset}", NOW_MS + offset if ts_ms is None else ts_ms
+    )
+
+
+def message(delay_id: str, offset: int, *, ts_ms: int | None = None) -> DelayRequest:
+    """A message record at ``offset`` of partition 0, written at ``NOW_MS + offset``."""
+    return replace(
+        delay_request(delay_id=delay_id, src=f"delay-requests-0-{offset}"),
+        ts_ms=NOW_MS + offset if ts_ms is None else ts_ms,
+    )
+
+
 def test_cancel_marker_has_the_documented_layout(store: MessageStore, aws: AwsResources) -> None:
-    store.put_cancels(["order-1"], NOW_MS, deadline())
+    store.put_cancels([cancel("order-1", 7)], NOW_MS, deadline())
     s = aws.settings
     assert all_items(aws) == [
         {
             "pk": {"S": "cancel#3"},  # crc32("order-1") % 4 == 3
             "sk": {"S": "order-1"},
             "kind": {"S": "cancel"},
+            "cancel_ts": {"N": str(NOW_MS + 7)},
+            "cancel_src": {"S": "delay-requests-0-7"},
             "cancelled_ms": {"N": str(NOW_MS)},
-            "expires_at": {"N": str(NOW_MS // 1000 + s.max_delay_seconds + s.ttl_grace_seconds)},
+            # Outlives every message it covers: longest delay, grace, and a dead-letter stay.
+            "expires_at": {
+                "N": str(NOW_MS // 1000 + s.max_delay_seconds + s.ttl_grace_seconds + 14 * 86400)
+            },
         }
     ]
 
@@ -397,17 +441,22 @@ def test_cancel_key_shards_by_id() -> None:
 def test_cancelled_finds_exactly_the_marked_ids_over_many_batches(aws: AwsResources) -> None:
     proxy = ClientProxy(aws.dynamodb, batch_get_item=aws.dynamodb.batch_get_item)
     store = make_store(proxy, aws.settings)
-    marked = [f"order-{i}" for i in range(0, 250, 2)]
-    store.put_cancels(marked, NOW_MS, deadline())
-    asked = [f"order-{i}" for i in range(250)] + ["order-0"]
-    assert store.cancelled(asked, deadline()) == set(marked)
+    store.put_cancels([cancel(f"order-{i}", 1000) for i in range(0, 250, 2)], NOW_MS, deadline())
+    asked = [message(f"order-{i}", 1) for i in range(250)] + [message("order-0", 2)]
+    flags = store.cancelled(asked, deadline())
+    assert [r.delay_id for r, f in zip(asked, flags, strict=True) if f] == [
+        *(f"order-{i}" for i in range(0, 250, 2)),
+        "order-0",
+    ]
     table = aws.settings.table_name
     assert [len(kw["RequestItems"][table]["Keys"]) for _, kw in proxy.calls] == [100, 100, 50]
+    # Strongly consistent: a cancel whose write completed before the read is seen.
+    assert all(kw["RequestItems"][table]["ConsistentRead"] for _, kw in proxy.calls)
 
 
-def test_cancelled_of_no_ids_asks_nothing(aws: AwsResources) -> None:
+def test_cancelled_of_no_requests_asks_nothing(aws: AwsResources) -> None:
     proxy = ClientProxy(aws.dynamodb, batch_get_item=aws.dynamodb.batch_get_item)
-    assert make_store(proxy, aws.settings).cancelled([], deadline()) == set()
+    assert make_store(proxy, aws.settings).cancelled([], deadline()) == []
     assert proxy.calls == []
 
 
@@ -426,26 +475,72 @@ def test_unprocessed_cancel_keys_are_read_again(aws: AwsResources) -> None:
 
     proxy = ClientProxy(aws.dynamodb, batch_get_item=batch_get_item)
     store = make_store(proxy, aws.settings)
-    store.put_cancels(["a", "b", "c"], NOW_MS, deadline())
-    assert store.cancelled(["a", "b", "c", "d"], deadline()) == {"a", "b", "c"}
+    store.put_cancels([cancel(i, 9) for i in "abc"], NOW_MS, deadline())
+    assert store.cancelled([message(i, 1) for i in "abcd"], deadline()) == [
+        True,
+        True,
+        True,
+        False,
+    ]
     assert [len(kw["RequestItems"][table]["Keys"]) for _, kw in proxy.calls] == [4, 3]
+
+
+def test_a_cancel_does_not_apply_to_a_later_message_with_its_id(store: MessageStore) -> None:
+    # Send r-1, cancel r-1, send r-1 again: the second r-1 is a new message.
+    store.put_cancels([cancel("r-1", 5)], NOW_MS, deadline())
+    assert store.cancelled([message("r-1", 1), message("r-1", 9)], deadline()) == [True, False]
+
+
+def test_an_older_cancel_processed_later_does_not_replace_a_newer_one(store: MessageStore) -> None:
+    # Cancels from two partitions may be ingested out of order: the marker keeps the latest.
+    store.put_cancels([cancel("r-1", 50)], NOW_MS, deadline())
+    store.put_cancels([cancel("r-1", 10)], NOW_MS + 1, deadline())
+    assert store.cancels(["r-1"], deadline()) == {"r-1": (NOW_MS + 50, "delay-requests-0-50")}
+    assert store.cancelled([message("r-1", 30)], deadline()) == [True]
+
+
+def test_a_marker_written_before_cancels_had_times_cancels_every_message(
+    store: MessageStore, aws: AwsResources
+) -> None:
+    aws.dynamodb.put_item(
+        TableName=aws.settings.table_name,
+        Item={**cancel_key("old", aws.settings.shards), "kind": {"S": "cancel"}},
+    )
+    assert store.cancelled([message("old", 10**6)], deadline()) == [True]
+
+
+@pytest.mark.parametrize(
+    ("message_ts", "message_src", "covered"),
+    [
+        (NOW_MS - 1, "t-0-99", True),  # written earlier: covered, whatever its offset
+        (NOW_MS + 1, "t-0-1", False),  # written later: a new message
+        (NOW_MS, "t-0-4", True),  # same millisecond, same partition, before the cancel
+        (NOW_MS, "t-0-6", False),  # same millisecond, same partition, after the cancel
+        (NOW_MS, "t-1-6", True),  # same millisecond, another partition: the cancel wins
+        (NOW_MS, "custom-id", True),  # no coordinates to compare: the cancel wins
+        (0, "t-0-99", True),  # queued before times travelled: covered
+    ],
+)
+def test_which_messages_a_cancel_covers(message_ts: int, message_src: str, covered: bool) -> None:
+    request = replace(delay_request(src=message_src), ts_ms=message_ts)
+    assert cancel_covers(NOW_MS, "t-0-5", request) is covered
 
 
 # --- the watermark -----------------------------------------------------------------------------
 
 
 def test_there_is_no_watermark_before_the_first_run(store: MessageStore) -> None:
-    assert store.get_watermark(deadline()) is None
+    assert second_of(store) is None
 
 
 def test_the_watermark_advances_from_none_then_from_its_value(store: MessageStore) -> None:
-    store.advance_watermark(None, DUE_S, NOW_MS, deadline())
-    store.advance_watermark(DUE_S, DUE_S + 60, NOW_MS + 1, deadline())
-    assert store.get_watermark(deadline()) == DUE_S + 60
+    store.create_watermark(DUE_S, NOW_MS, deadline())
+    store.write_watermark(Watermark(DUE_S), Watermark(DUE_S + 60), NOW_MS + 1, deadline())
+    assert second_of(store) == DUE_S + 60
 
 
 def test_the_watermark_item_records_when_it_moved(store: MessageStore, aws: AwsResources) -> None:
-    written = store.advance_watermark(None, DUE_S, NOW_MS, deadline())
+    written = store.create_watermark(DUE_S, NOW_MS, deadline())
     assert written.token is not None
     assert all_items(aws) == [
         {
@@ -456,22 +551,26 @@ def test_the_watermark_item_records_when_it_moved(store: MessageStore, aws: AwsR
             "cursors": {"M": {}},
             "token": {"S": written.token},
             "updated_ms": {"N": str(NOW_MS)},
+            "reading": {"N": str(DUE_S)},
+            "late": {"S": ""},
         }
     ]
 
 
 def test_progress_inside_a_second_is_written_and_read_back(store: MessageStore) -> None:
-    start = store.advance_watermark(None, DUE_S - 1, NOW_MS, deadline())
+    start = store.create_watermark(DUE_S - 1, NOW_MS, deadline())
     cursors = {f"{DUE_S}#0": "order-7", f"{DUE_S}#3": "order-9"}
     written = store.write_watermark(start, Watermark(DUE_S - 1, cursors), NOW_MS, deadline())
     assert written.token not in (None, start.token)
     assert (
-        store.read_watermark(deadline()) == written == Watermark(DUE_S - 1, cursors, written.token)
+        store.read_watermark(deadline())
+        == written
+        == Watermark(DUE_S - 1, cursors, written.token, DUE_S - 1)
     )
 
 
 def test_moving_past_a_second_clears_its_progress(store: MessageStore) -> None:
-    start = store.advance_watermark(None, DUE_S - 1, NOW_MS, deadline())
+    start = store.create_watermark(DUE_S - 1, NOW_MS, deadline())
     inside = store.write_watermark(
         start, Watermark(DUE_S - 1, {f"{DUE_S}#0": "order-7"}), NOW_MS, deadline()
     )
@@ -482,11 +581,11 @@ def test_moving_past_a_second_clears_its_progress(store: MessageStore) -> None:
 
 
 def test_progress_from_a_stale_token_is_a_conflict(store: MessageStore) -> None:
-    start = store.advance_watermark(None, DUE_S - 1, NOW_MS, deadline())
+    start = store.create_watermark(DUE_S - 1, NOW_MS, deadline())
     theirs = store.write_watermark(
         start, Watermark(DUE_S - 1, {f"{DUE_S}#0": "order-7"}), NOW_MS, deadline()
     )
-    with pytest.raises(WatermarkConflictError, match="another scheduler"):
+    with pytest.raises(WatermarkConflictError, match="another writer"):
         store.write_watermark(
             start, Watermark(DUE_S - 1, {f"{DUE_S}#0": "order-3"}), NOW_MS, deadline()
         )
@@ -496,12 +595,12 @@ def test_progress_from_a_stale_token_is_a_conflict(store: MessageStore) -> None:
 def test_moving_past_seconds_needs_only_the_second_it_read(store: MessageStore) -> None:
     """Whoever moves past a second sent all of it from the progress it read: cursors that
     another run recorded since mark messages it sent too."""
-    start = store.advance_watermark(None, DUE_S - 1, NOW_MS, deadline())
+    start = store.create_watermark(DUE_S - 1, NOW_MS, deadline())
     store.write_watermark(
         start, Watermark(DUE_S - 1, {f"{DUE_S}#0": "order-7"}), NOW_MS, deadline()
     )
     store.write_watermark(start, Watermark(DUE_S), NOW_MS, deadline())
-    assert store.get_watermark(deadline()) == DUE_S
+    assert second_of(store) == DUE_S
 
 
 def test_cursors_of_another_second_mean_no_progress(store: MessageStore, aws: AwsResources) -> None:
@@ -543,18 +642,18 @@ def test_an_item_without_a_token_is_written_by_its_second(
 
 
 def test_advancing_from_a_stale_value_is_a_conflict(store: MessageStore) -> None:
-    store.advance_watermark(None, DUE_S, NOW_MS, deadline())
-    store.advance_watermark(DUE_S, DUE_S + 10, NOW_MS, deadline())
+    store.create_watermark(DUE_S, NOW_MS, deadline())
+    store.write_watermark(Watermark(DUE_S), Watermark(DUE_S + 10), NOW_MS, deadline())
     with pytest.raises(WatermarkConflictError, match=f"no longer {DUE_S} as read"):
-        store.advance_watermark(DUE_S, DUE_S + 5, NOW_MS, deadline())
-    assert store.get_watermark(deadline()) == DUE_S + 10
+        store.write_watermark(Watermark(DUE_S), Watermark(DUE_S + 5), NOW_MS, deadline())
+    assert second_of(store) == DUE_S + 10
 
 
 def test_a_second_first_run_is_a_conflict(store: MessageStore) -> None:
-    store.advance_watermark(None, DUE_S, NOW_MS, deadline())
+    store.create_watermark(DUE_S, NOW_MS, deadline())
     with pytest.raises(WatermarkConflictError):
-        store.advance_watermark(None, DUE_S + 1, NOW_MS, deadline())
-    assert store.get_watermark(deadline()) == DUE_S
+        store.create_watermark(DUE_S + 1, NOW_MS, deadline())
+    assert second_of(store) == DUE_S
 
 
 def test_a_throttled_watermark_read_is_retried(aws: AwsResources) -> None:
@@ -565,11 +664,84 @@ def test_a_throttled_watermark_read_is_retried(aws: AwsResources) -> None:
 
     proxy = ClientProxy(aws.dynamodb, get_item=get_item)
     store = make_store(proxy, aws.settings)
-    store.advance_watermark(None, DUE_S, NOW_MS, deadline())
-    assert store.get_watermark(deadline()) == DUE_S
+    store.create_watermark(DUE_S, NOW_MS, deadline())
+    assert second_of(store) == DUE_S
     assert len(proxy.calls) == 2
 
 
 def test_shard_count_decides_the_partition_of_a_message() -> None:
     item = message_item(delay_request(delay_id="order-2", due_ms=DUE_MS), 16, 0)
     assert item["pk"]["S"] == buckets.bucket_key(DUE_S, 5)
+
+
+def test_the_window_a_run_reads_is_kept_until_a_run_records_another(store: MessageStore) -> None:
+    start = store.create_watermark(DUE_S, NOW_MS, deadline())
+    announced = store.write_watermark(
+        start, Watermark(DUE_S, reading=DUE_S + 50), NOW_MS, deadline()
+    )
+    store.write_watermark(announced, Watermark(DUE_S + 20), NOW_MS, deadline())
+    found = store.read_watermark(deadline())
+    assert found is not None
+    assert (found.second, found.reading, found.guarded_through) == (
+        DUE_S + 20,
+        DUE_S + 50,
+        DUE_S + 50,
+    )
+
+
+def test_late_ranges_are_written_and_read_back(store: MessageStore) -> None:
+    start = store.create_watermark(DUE_S, NOW_MS, deadline())
+    late = ((DUE_S - 100, DUE_S - 50), (DUE_S + 1, DUE_S + 9))
+    store.write_watermark(start, Watermark(DUE_S + 9, late=late), NOW_MS, deadline())
+    found = store.read_watermark(deadline())
+    assert found is not None
+    assert found.late == late
+    assert [
+        found.scheduled(s) for s in (DUE_S - 101, DUE_S - 70, DUE_S, DUE_S + 5, DUE_S + 10)
+    ] == [
+        True,
+        False,
+        True,
+        False,
+        False,
+    ]
+
+
+def test_an_older_item_guards_what_its_cursors_say() -> None:
+    # Written before runs recorded their window: the second in progress is guarded.
+    assert Watermark(10).guarded_through == 10
+    assert Watermark(10, {"11#0": "x"}).guarded_through == 11
+    assert Watermark(10, reading=30).guarded_through == 30
+
+
+def dynamodb_item_bytes(item: dict[str, Any]) -> int:
+    """DynamoDB's item size: attribute names plus values (strings as UTF-8, maps nested)."""
+
+    def value_bytes(value: dict[str, Any]) -> int:
+        ((kind, raw),) = value.items()
+        if kind == "M":
+            return 3 + sum(len(k.encode()) + 1 + value_bytes(v) for k, v in raw.items())
+        if kind == "N":
+            return len(raw.lstrip("-").replace(".", "")) // 2 + 2
+        return len(raw.encode())
+
+    return sum(len(name.encode()) + value_bytes(v) for name, v in item.items())
+
+
+def test_the_progress_item_fits_dynamodb_with_every_shard_at_the_longest_id(
+    aws: AwsResources,
+) -> None:
+    shards = 256  # the maximum the settings accept
+    store = make_store(aws.dynamodb, aws.settings.with_overrides(shards=shards))
+    start = store.create_watermark(DUE_S, NOW_MS, deadline())
+    longest = "\U0001f600" * 256  # 1,024 bytes of UTF-8: the longest id
+    cursors = {f"{DUE_S + 1}#{shard}": longest for shard in range(shards)}
+    late = tuple((DUE_S - 1000 * i - 10, DUE_S - 1000 * i) for i in range(64, 0, -1))
+    written = store.write_watermark(
+        start, Watermark(DUE_S, cursors, reading=DUE_S + 840, late=late), NOW_MS, deadline()
+    )
+    item = aws.dynamodb.get_item(
+        TableName=aws.settings.table_name, Key={"pk": {"S": "meta#watermark"}, "sk": {"S": "-"}}
+    )["Item"]
+    assert dynamodb_item_bytes(item) < 400 * 1024
+    assert store.read_watermark(deadline()) == written

@@ -98,3 +98,48 @@ def tick_dedup_id(index: int) -> str:
 def expires_at(due_ms: int, ttl_grace_seconds: int) -> int:
     """The TTL attribute (epoch seconds) of a stored message: due + grace."""
     return math.ceil(due_ms / 1000) + ttl_grace_seconds
+
+
+Ranges = tuple[tuple[int, int], ...]
+
+
+def late_cutoff(now_ms: int, ttl_grace_seconds: int) -> int:
+    """The last due-second whose stored messages TTL may have started deleting by ``now``
+    (their expiry is due + grace), with a margin for the clocks of a function and DynamoDB."""
+    return due_second(now_ms) - ttl_grace_seconds + c.TTL_CLOCK_MARGIN_SECONDS
+
+
+def add_late(
+    ranges: Ranges, first: int, last: int, *, cutoff: int, now_ms: int, ttl_grace_seconds: int
+) -> Ranges:
+    """The late ranges after passing the due-seconds ``first..last`` at a time whose
+    :func:`late_cutoff` is ``cutoff``: those at or below the cutoff are added (merged with an
+    adjacent range). Ranges whose TTL removals are all long past are dropped, and the oldest
+    are merged when there are too many: both only ever widen what counts as late."""
+    out = [list(r) for r in ranges]
+    top = min(last, cutoff)
+    if first <= top:
+        if out and out[-1][1] + 1 >= first:
+            out[-1][1] = max(out[-1][1], top)
+        else:
+            out.append([first, top])
+    oldest_kept = due_second(now_ms) - ttl_grace_seconds - c.LATE_RANGE_KEEP_SECONDS
+    out = [r for r in out if r[1] >= oldest_kept]
+    while len(out) > c.MAX_LATE_RANGES:
+        out[0:2] = [[out[0][0], out[1][1]]]
+    return tuple((a, b) for a, b in out)
+
+
+def format_ranges(ranges: Ranges) -> str:
+    """``a:b,c:d`` (the stored form)."""
+    return ",".join(f"{a}:{b}" for a, b in ranges)
+
+
+def parse_ranges(text: str) -> Ranges:
+    """Inverse of :func:`format_ranges`."""
+    out = []
+    for part in text.split(","):
+        if part:
+            a, _, b = part.partition(":")
+            out.append((int(a), int(b)))
+    return tuple(out)

@@ -1,10 +1,23 @@
 """Cleanup: the safety net behind TTL.
 
-TTL removes a stored message at due + grace. If the scheduler never passed its due-second
-(the watermark is behind it: the scheduler was stopped for longer than the grace), the
-message was never queued: it is re-driven to the delay queue now (late, but not lost) and
-counted. Otherwise it was scheduled long ago, and only its offloaded payload (if any) is
-deleted. Only TTL removals count; a user's own delete is not a reason to deliver.
+TTL removes a stored message at due + grace (or later: AWS deletes within days of expiry).
+If the scheduler had not sent it by then, it is re-driven to the delay queue now (late, but
+not lost) and counted:
+
+- its due-second is beyond the watermark (the scheduler was stopped longer than the grace);
+- or it lies in a late range: the scheduler passed that second when TTL may already have
+  deleted some of its messages, so this one may never have been read;
+- or the watermark cannot be read: in doubt, re-drive (at worst a duplicate with the same
+  ``delay-id``).
+
+Otherwise it was sent long ago and nothing is done. Offloaded payloads are not deleted here,
+nor anywhere: the bucket's lifecycle rule expires them after a retention that outlives every
+copy of their message (duplicates, retries, dead-letter queues). Only TTL removals count; a
+user's own delete is not a reason to deliver.
+
+If the re-drive fails after its retries, the record fails and the stream event source
+retries it; after its last retry the on-failure destination (an S3 bucket) keeps the whole
+invocation record, old images included, for ``delayq redrive cleanup-failures``.
 """
 
 from __future__ import annotations
@@ -17,18 +30,18 @@ from typing import Any
 from delayq import buckets
 from delayq import constants as c
 from delayq.clock import Clock
-from delayq.payloads import PayloadStore
+from delayq.exceptions import DelayQueueError
 from delayq.queues import DelayQueue
 from delayq.retry import Deadline
-from delayq.store import MessageStore, request_from_item
+from delayq.store import MessageStore, Watermark, request_from_item
 
 
 class Outcome(enum.Enum):
     """What happened to one stream record."""
 
     IGNORED = "ignored"  # not a TTL removal of a message
-    REDRIVEN = "redriven"  # never scheduled: sent to the delay queue now
-    CLEANED = "cleaned"  # scheduled before: offloaded payload deleted (if any)
+    REDRIVEN = "redriven"  # maybe never scheduled: sent to the delay queue now
+    CLEANED = "cleaned"  # scheduled before: nothing to do
 
 
 def is_ttl_removal(record: Mapping[str, Any]) -> bool:
@@ -47,19 +60,18 @@ class CleanupServices:
 
     store: MessageStore
     delay_queue: DelayQueue
-    payloads: PayloadStore
 
 
 class TtlCleanup:
-    """Handles one stream batch; reads the watermark once, on first need."""
+    """Handles one stream batch; reads the watermark once, on first need (it only moves
+    forward, so an older reading only re-drives more)."""
 
     def __init__(self, services: CleanupServices, *, clock: Clock, deadline: Deadline) -> None:
         self._store = services.store
         self._queue = services.delay_queue
-        self._payloads = services.payloads
         self._clock = clock
         self._deadline = deadline
-        self._watermark: int | None = None
+        self._watermark: Watermark | None = None
         self._watermark_read = False
 
     def handle(self, record: Mapping[str, Any]) -> Outcome:
@@ -69,16 +81,18 @@ class TtlCleanup:
             return Outcome.IGNORED
         request = request_from_item(image)
         watermark = self._current_watermark()
-        if watermark is None or buckets.due_second(request.due_ms) > watermark:
+        if watermark is None or not watermark.scheduled(buckets.due_second(request.due_ms)):
             self._queue.send([request], self._clock(), self._deadline)
             return Outcome.REDRIVEN
-        # A pointer that is not the message's own was not written by us: delete nothing.
-        if self._payloads.owns(request):
-            self._payloads.delete(request, self._deadline)
         return Outcome.CLEANED
 
-    def _current_watermark(self) -> int | None:
+    def _current_watermark(self) -> Watermark | None:
+        """The watermark, or None when there is none or it cannot be read (then every
+        removal is re-driven: in doubt, deliver)."""
         if not self._watermark_read:
-            self._watermark = self._store.get_watermark(self._deadline)
+            try:
+                self._watermark = self._store.read_watermark(self._deadline)
+            except DelayQueueError:
+                self._watermark = None
             self._watermark_read = True
         return self._watermark

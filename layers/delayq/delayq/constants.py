@@ -30,7 +30,18 @@ ENV_STATS_FLUSH_MESSAGES: Final = "DELAYQ_STATS_FLUSH_MESSAGES"
 ENV_SCHEDULER_PAGE_ITEMS: Final = "DELAYQ_SCHEDULER_PAGE_ITEMS"
 ENV_BUNDLE_MAX_BYTES: Final = "DELAYQ_BUNDLE_MAX_BYTES"
 ENV_BUNDLE_MAX_MESSAGES: Final = "DELAYQ_BUNDLE_MAX_MESSAGES"
+ENV_INGEST_TIMEOUT_SECONDS: Final = "DELAYQ_INGEST_TIMEOUT_SECONDS"
+ENV_DELAY_DLQ_URL: Final = "DELAYQ_DELAY_DLQ_URL"
+ENV_DELIVERY_MAX_ATTEMPTS: Final = "DELAYQ_DELIVERY_MAX_ATTEMPTS"
+ENV_TARGET_OUTAGE_MAX_SECONDS: Final = "DELAYQ_TARGET_OUTAGE_MAX_SECONDS"
 ENV_AWS_REGION: Final = "AWS_REGION"
+
+# Topics no allow-list can open: Kafka's internal topics (__consumer_offsets,
+# __transaction_state) and anything else named like them.
+INTERNAL_TOPIC_PREFIX: Final = "__"
+# Allow-list pattern characters (fnmatch); a pattern must start with a literal character, so
+# that no entry ('*', '**', '?*', '[a-z]*', ...) opens every topic.
+TOPIC_WILDCARDS: Final = "*?["
 
 # Control headers of the message contract (lower-case; matched case-insensitively).
 HEADER_PREFIX: Final = "delay-"
@@ -57,6 +68,16 @@ DEFAULT_TTL_GRACE_SECONDS: Final = 24 * 3600
 DEFAULT_EMIT_LEAD_MS: Final = 1500
 DEFAULT_MAX_HOLD_MS: Final = 3000
 DEFAULT_KAFKA_TIMEOUT_SECONDS: Final = 10.0
+# The ingest function's timeout (the template sets the function and this variable from one
+# value): ingest must finish a batch within horizon - look-ahead (see Settings).
+DEFAULT_INGEST_TIMEOUT_SECONDS: Final = 60
+# Deliveries the target refuses (the record is too large, the topic does not exist or may not
+# be written...) are tried this many times, with back-off, then dead-lettered with the reason.
+DEFAULT_DELIVERY_MAX_ATTEMPTS: Final = 5
+# A target cluster that cannot be reached (timeouts, no leader, all brokers down) does not use
+# up a message's attempts: it is retried, with back-off, until this long after its due time,
+# then dead-lettered with reason target-unavailable.
+DEFAULT_TARGET_OUTAGE_MAX_SECONDS: Final = 24 * 3600
 # Write the delivery statistics once this many deliveries are buffered (or the minute is over):
 # at most 0.1 extra writes per delivered message.
 DEFAULT_STATS_FLUSH_MESSAGES: Final = 10
@@ -73,11 +94,40 @@ DEFAULT_BUNDLE_MAX_MESSAGES: Final = 100
 # The emitter refuses (bad-envelope) a bundle of more entries than this: a forged body must not
 # turn into thousands of rejects or an invocation that cannot finish.
 MAX_BUNDLE_ENTRIES: Final = 1000
+# Bytes a delivered record may carry beyond key + value + user headers (which ingest caps at
+# max_payload_bytes): the delivery headers (an id of up to 1 KiB, times, attempt) and Kafka's
+# record framing, with room to spare. The producer's message.max.bytes is the sum.
+KAFKA_RECORD_OVERHEAD_BYTES: Final = 64 * 1024
+# librdkafka's own default message.max.bytes (smaller payload limits keep it).
+KAFKA_DEFAULT_MESSAGE_MAX_BYTES: Final = 1_000_000
+# The producer's in-memory queue (queue.buffering.max.kbytes): with the payloads being
+# fetched, this bounds the emitter's memory whatever a batch holds.
+EMIT_BUFFER_KBYTES: Final = 32 * 1024
+# Offloaded values being fetched from S3 ahead of producing, at most this many bytes (and
+# EMIT_FETCH_WORKERS requests) at a time.
+EMIT_FETCH_BUDGET_BYTES: Final = 32 * 1024 * 1024
+EMIT_FETCH_WORKERS: Final = 8
+# A delay-queue bundle carries at most this many bytes of offloaded values (counted by
+# their real size, not the pointer's): one SQS message is never hours of S3 reads.
+BUNDLE_MAX_OFFLOADED_BYTES: Final = 8 * 1024 * 1024
 # The emitter stops producing this long before the Kafka flush timeout would overrun its
 # deadline, and sends what it did not produce back to the delay queue.
 EMIT_RESERVE_SECONDS: Final = 2.0
 # Longest back-off before a message whose delivery failed is received again (seconds).
 EMIT_RETRY_MAX_SECONDS: Final = 60
+# The scheduler's progress item holds one sort key (<= MAX_ID_BYTES) per unfinished shard and
+# must stay under DynamoDB's 400 KB item limit: 256 shards of 1 KB ids is about 270 KB.
+MAX_SHARDS: Final = 256
+# TTL may delete an item from its expiry time on, as DynamoDB's clock tells it: a due-second
+# is counted as passed late when the scheduler passes it this close to (or after) its expiry,
+# which covers any clock difference between a function and DynamoDB.
+TTL_CLOCK_MARGIN_SECONDS: Final = 300
+# Late ranges are kept this long after the TTL of their last second (AWS documents TTL
+# deletion "within a few days" of expiry): the cleanup function must still recognise them.
+LATE_RANGE_KEEP_SECONDS: Final = 30 * 24 * 3600
+# At most this many late ranges on the progress item; beyond it the oldest two are merged
+# (which only widens what the cleanup function re-drives).
+MAX_LATE_RANGES: Final = 64
 MAX_ID_LENGTH: Final = 512
 MAX_ID_BYTES: Final = 1024
 # Key and headers stay inline even when the value is offloaded, so they get their own cap.
@@ -86,6 +136,8 @@ MAX_INLINE_KEY_AND_HEADERS_BYTES: Final = 64 * 1024
 # AWS limits (documented service quotas).
 SQS_MAX_DELAY_SECONDS: Final = 900
 SQS_MAX_VISIBILITY_SECONDS: Final = 43200
+# The longest a message may stay in a queue (the dead-letter queues keep them this long).
+SQS_MAX_RETENTION_SECONDS: Final = 14 * 24 * 3600
 SQS_BATCH_ENTRIES: Final = 10
 SQS_MAX_MESSAGE_BYTES: Final = 256 * 1024
 # The sum of the bodies of one SendMessageBatch call (1 MiB on AWS since 2025; kept at the
@@ -118,6 +170,16 @@ WATERMARK_SK: Final = "-"
 ATTR_WATERMARK_SECOND: Final = "second"
 ATTR_WATERMARK_CURSORS: Final = "cursors"
 ATTR_WATERMARK_TOKEN: Final = "token"  # noqa: S105 -- an attribute name
+# The last due-second any run may have read (its window, recorded before its first Query), and
+# the ranges of due-seconds passed after TTL may already have deleted some of their messages.
+ATTR_WATERMARK_READING: Final = "reading"
+ATTR_WATERMARK_LATE: Final = "late"
+# A stored message: its delay-topic record's timestamp and the bytes of its offloaded value.
+ATTR_TS: Final = "ts"
+ATTR_OFFLOADED_BYTES: Final = "pb"
+# A cancel marker: the latest cancel's record timestamp and coordinates.
+ATTR_CANCEL_TS: Final = "cancel_ts"
+ATTR_CANCEL_SRC: Final = "cancel_src"
 CANCEL_PK_PREFIX: Final = "cancel#"
 STATS_PK_PREFIX: Final = "stats#"
 

@@ -40,6 +40,7 @@ class Reason(enum.StrEnum):
     PAYLOAD_TOO_LARGE = "payload-too-large"
     BAD_ID = "bad-id"
     BAD_ENVELOPE = "bad-envelope"
+    INTERNAL_ERROR = "internal-error"
 
 
 class RejectedRecord(Exception):  # noqa: N818 -- a verdict on input, not a program error
@@ -78,6 +79,14 @@ class DelayRequest:
     headers: Headers
     src: str
     payload_ref: str | None = None
+    # The delay-topic record's timestamp: orders this message against cancels of its id (a
+    # cancel applies to the messages with that id written before it). 0: unknown (an envelope
+    # written before timestamps travelled), which every cancel of the id covers.
+    ts_ms: int = 0
+    # Bytes of the value kept in S3 (``payload_ref``): what delivering it costs in memory.
+    offloaded_bytes: int = 0
+    # Deliveries of this message that the target refused (it is dead-lettered at the limit).
+    attempts: int = 0
 
     @property
     def size(self) -> int:
@@ -87,10 +96,13 @@ class DelayRequest:
 
 @dataclass(frozen=True)
 class CancelRequest:
-    """A control record asking to cancel the pending message ``delay_id``."""
+    """A control record asking to cancel the pending message ``delay_id``: every message with
+    that id whose record was written before this one (``ts_ms``, then the offset on the same
+    partition)."""
 
     delay_id: str
     src: str
+    ts_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -134,7 +146,9 @@ def parse_record(record: Any, settings: Settings, now_ms: int) -> DelayRequest |
 
     if c.HEADER_CANCEL in control:
         return CancelRequest(
-            _delay_id(control[c.HEADER_CANCEL], "delay-cancel"), source.coordinates
+            _delay_id(control[c.HEADER_CANCEL], "delay-cancel"),
+            source.coordinates,
+            source.timestamp_ms,
         )
 
     key = _b64(record.get("key"), "key")
@@ -162,7 +176,16 @@ def parse_record(record: Any, settings: Settings, now_ms: int) -> DelayRequest |
         if c.HEADER_ID in control
         else source.coordinates
     )
-    request = DelayRequest(delay_id, target, due_ms, key, value, user_headers, source.coordinates)
+    request = DelayRequest(
+        delay_id,
+        target,
+        due_ms,
+        key,
+        value,
+        user_headers,
+        source.coordinates,
+        ts_ms=source.timestamp_ms,
+    )
     if request.size > settings.max_payload_bytes:
         raise RejectedRecord(
             Reason.PAYLOAD_TOO_LARGE,
@@ -349,22 +372,24 @@ class Envelope:
     request: DelayRequest
 
     def encode(self) -> str:
-        """The SQS body (JSON, version 1)."""
+        """The SQS body (JSON, version 1). ``ts``, ``pb`` (offloaded bytes) and ``n``
+        (refused deliveries) are left out when 0: readers take 0 for a missing one."""
         r = self.request
-        return json.dumps(
-            {
-                "v": ENVELOPE_VERSION,
-                "id": r.delay_id,
-                "target": r.target,
-                "due_ms": r.due_ms,
-                "key": _enc(r.key),
-                "value": _enc(r.value),
-                "headers": [[n, _enc(v)] for n, v in r.headers],
-                "payload_ref": r.payload_ref,
-                "src": r.src,
-            },
-            separators=(",", ":"),
-        )
+        body: dict[str, Any] = {
+            "v": ENVELOPE_VERSION,
+            "id": r.delay_id,
+            "target": r.target,
+            "due_ms": r.due_ms,
+            "key": _enc(r.key),
+            "value": _enc(r.value),
+            "headers": [[n, _enc(v)] for n, v in r.headers],
+            "payload_ref": r.payload_ref,
+            "src": r.src,
+        }
+        for name, number in (("ts", r.ts_ms), ("pb", r.offloaded_bytes), ("n", r.attempts)):
+            if number:
+                body[name] = number
+        return json.dumps(body, separators=(",", ":"))
 
     @classmethod
     def decode(cls, body: str) -> Envelope:
@@ -467,6 +492,9 @@ def _request_of(d: Any) -> DelayRequest:
             headers=tuple((_name(n), _dec(v)) for n, v in d["headers"]),
             src=_text(d, "src"),
             payload_ref=ref,
+            ts_ms=_count(d, "ts"),
+            offloaded_bytes=_count(d, "pb"),
+            attempts=_count(d, "n"),
         )
     except EnvelopeError:
         raise
@@ -479,6 +507,13 @@ def _request_of(d: Any) -> DelayRequest:
         binascii.Error,
     ) as e:
         raise EnvelopeError(f"not a delay-queue envelope: {e}") from e
+
+
+def _count(d: Mapping[str, Any], name: str) -> int:
+    value = d.get(name, 0)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise EnvelopeError(f"not a delay-queue envelope: {name} {value!r}")
+    return value
 
 
 def _text(d: Mapping[str, Any], name: str) -> str:
@@ -518,7 +553,9 @@ def estimated_body_bytes(request: DelayRequest) -> int:
     """An upper bound of the encoded envelope size, without encoding it."""
     header_bytes = sum(_json_text_len(n) + 4 + _json_bytes_len(v) for n, v in request.headers)
     return (
+        # The fixed field names and punctuation, and the three optional numbers.
         256
+        + 3 * 24
         + _json_text_len(request.delay_id)
         + _json_text_len(request.target)
         + _json_text_len(request.src)
@@ -527,6 +564,29 @@ def estimated_body_bytes(request: DelayRequest) -> int:
         + header_bytes
         + _json_text_len(request.payload_ref or "")
     )
+
+
+DEAD_LETTER_KEY = "dead_letter"
+
+
+def dead_letter_text(entry_text: str, reason: str, detail: str, at_ms: int) -> str:
+    """A single envelope as the emitter dead-letters it: the entry as it was queued (a
+    claim-check pointer stays a pointer), with why and when under ``dead_letter``. Readers
+    of envelopes ignore the extra key, so a redrive reads it like any other."""
+    body = json.loads(entry_text)
+    body[DEAD_LETTER_KEY] = {"reason": reason, "detail": detail, "at_ms": at_ms}
+    return json.dumps(body, separators=(",", ":"))
+
+
+def dead_letter_of(entry_text: str) -> Mapping[str, Any] | None:
+    """The ``dead_letter`` record of an entry (None for one dead-lettered by SQS's redrive
+    policy after ``maxReceiveCount`` receives: an invocation that crashed or timed out)."""
+    try:
+        body = json.loads(entry_text)
+    except ValueError:
+        return None
+    found = body.get(DEAD_LETTER_KEY) if isinstance(body, Mapping) else None
+    return found if isinstance(found, Mapping) else None
 
 
 def delivery_headers(

@@ -3,24 +3,31 @@
 SQS releases a message at or before due (whole seconds, minus the lead). A message is a single
 envelope or a bundle of many (``docs/internals.md``); every message of a bundle is handled on
 its own: screened (bodies that are not ours and targets off the allow-list go to the reject
-queue), cancel-checked, held to its own due time (at most ``max_hold_ms``), produced, and its
-delivery report checked. An SQS message whose messages are all too early to hold is hidden
-again (``ChangeMessageVisibility``) and reported as a batch item failure, so SQS brings it back
-later.
+queue), cancel-checked, held to its own due time (at most ``max_hold_ms``), its offloaded
+value fetched, produced, and its delivery report checked. An SQS message whose messages are
+all too early to hold is hidden again (``ChangeMessageVisibility``) and reported as a batch
+item failure, so SQS brings it back later.
 
-Only failed items are reported back. A bundle of which some messages were settled (delivered,
-cancelled, rejected) and others not (a Kafka delivery failed, a payload could not be read, the
-deadline came first) is not reported failed, which would deliver the settled ones again: the
-others are sent back to the delay queue as a new bundle, and the original counts as done. Only
-when that send fails is the original reported failed (its delivered messages may then be
-delivered twice, with the same ``delay-id``). An SQS message of which nothing was settled and
-something failed is reported failed as a whole, so that SQS's receive count (and the dead-letter
-queue after ``maxReceiveCount``) still applies to it.
+What was not delivered is settled message by message (``delayq.settlement``): put back on the
+delay queue (not due yet, the target unreachable, a refusal below the attempt limit) or
+dead-lettered with its reason (refused too often, unreachable for too long, its payload gone).
+Both are sends; once they succeed the SQS message counts as done, so the messages of it that
+were delivered are not delivered again. Only when such a send fails is the SQS message
+reported failed (visible again after a short back-off: 2, 4, 8 ... s by receive count); its
+delivered messages may then be delivered twice, with the same ``delay-id``.
+
+Nothing after a delivery can fail the batch: the statistics write, the re-queue and the
+visibility change report their errors and go on. Offloaded values are fetched as they are
+produced, a few ahead within a byte budget, so a batch of large values never holds more than
+that budget (plus the producer's own bounded buffer) in memory, and production stops, leaving
+the rest for the delay queue, while there is still time to flush before the deadline.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -33,15 +40,23 @@ from delayq.contract import (
     DelayRequest,
     Reason,
     Rejection,
+    dead_letter_text,
     decode_body,
     delivery_headers,
 )
-from delayq.exceptions import DelayQueueError, EnvelopeError, MalformedEventError
-from delayq.kafka import NO_REPORT, KafkaDelivery, OutRecord
+from delayq.exceptions import (
+    DelayQueueError,
+    EnvelopeError,
+    MalformedEventError,
+    PayloadMissingError,
+    PayloadStoreError,
+)
+from delayq.kafka import NO_REPORT, Failure, KafkaDelivery, OutRecord, Undelivered
 from delayq.payloads import PayloadStore
-from delayq.queues import DelayQueue, RejectQueue, SqsQueue
+from delayq.queues import DelayQueue, QueueEntry, RejectQueue
 from delayq.retry import Deadline
 from delayq.settings import Settings
+from delayq.settlement import Retry, after_failure, when_due
 from delayq.stats import DeliveryStats
 from delayq.store import MessageStore
 
@@ -76,11 +91,13 @@ def messages_from_event(event: Any) -> list[QueuedMessage]:
 
 @dataclass(frozen=True)
 class Delivery:
-    """One acknowledged emission (for lateness statistics)."""
+    """One acknowledged emission (for lateness statistics and the delivery log)."""
 
     target: str
     due_ms: int
     emitted_ms: int
+    delay_id: str = ""
+    attempt: int = 1
 
     @property
     def lateness_ms(self) -> int:
@@ -97,18 +114,21 @@ class EmitResult:
     deliveries: list[Delivery] = field(default_factory=list)
     cancelled: int = 0
     redelayed: int = 0  # in SQS messages hidden again until closer to due
-    requeued: int = 0  # sent back to the delay queue in a new bundle (the rest was settled)
+    requeued: int = 0  # put back on the delay queue (not due yet, or to be tried again)
+    dead_lettered: int = 0  # sent to the dead-letter queue with their reason
     rejected: int = 0
     errors: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class EmitterServices:
-    """The adapters the emitter uses."""
+    """The adapters the emitter uses. ``dead_letters`` bundles onto the delay queue's
+    dead-letter queue, like ``delay_queue`` onto the delay queue."""
 
     delivery: KafkaDelivery
     store: MessageStore
-    delay_queue: SqsQueue
+    delay_queue: DelayQueue
+    dead_letters: DelayQueue
     rejects: RejectQueue
     payloads: PayloadStore
     stats: DeliveryStats = field(default_factory=DeliveryStats)
@@ -127,19 +147,16 @@ def emit_batch(
     run = _EmitRun(settings, services, clock, sleep, deadline)
     ready = run.hold_back_early(run.decode_and_screen(messages))
     run.send_rejects()
-    if ready:
-        cancelled = services.store.cancelled([i.request.delay_id for i in ready], deadline)
-        run.result.cancelled = sum(1 for i in ready if i.request.delay_id in cancelled)
-        ready = [i for i in ready if i.request.delay_id not in cancelled]
-        run.produce_at_due(run.load_payloads(ready))
+    run.produce_at_due(run.drop_cancelled(ready))
     run.settle()
     run.record_stats()
     return run.result
 
 
 @dataclass
-class _Item:
-    """One delay message of an SQS message (the only one of a single envelope)."""
+class _DelayMessage:
+    """One delay message of an SQS message (the only one of a single envelope), as queued:
+    an offloaded value is still a pointer."""
 
     message: QueuedMessage
     entry: BodyEntry
@@ -147,15 +164,72 @@ class _Item:
 
 
 @dataclass
-class _Unit:
+class _SqsMessageState:
     """One SQS message of the batch and what became of its delay messages."""
 
     message: QueuedMessage
     size: int = 0  # delay messages in it (entries of a bundle)
     settled: int = 0  # delivered, cancelled, rejected: done for good
-    retry: list[tuple[int, str]] = field(default_factory=list)  # (DelaySeconds, entry text)
-    failures: int = 0  # entries in ``retry`` because something failed (not only deferred)
+    retries: list[QueueEntry] = field(default_factory=list)
+    dead: list[str] = field(default_factory=list)  # dead-letter envelopes
     failed: bool = False  # reported back as a whole (body not ours, re-delayed, ...)
+
+
+class _Fetches:
+    """Offloaded values fetched ahead of producing, in due order, at most ``budget`` bytes
+    in flight (always at least the one needed next)."""
+
+    def __init__(
+        self,
+        payloads: PayloadStore,
+        items: Sequence[_DelayMessage],
+        budget: int,
+        unknown_size: int,
+        deadline: Deadline,
+    ) -> None:
+        self._payloads = payloads
+        self._items = items
+        self._budget = budget
+        self._unknown_size = unknown_size
+        self._deadline = deadline
+        self._futures: dict[int, Future[DelayRequest]] = {}
+        self._next = 0
+        self._in_flight = 0
+
+    def _size(self, index: int) -> int:
+        return self._items[index].request.offloaded_bytes or self._unknown_size
+
+    def take(self, index: int) -> DelayRequest:
+        """The request of item ``index`` with its value (raises what the fetch raised)."""
+        self._fill(index)
+        future = self._futures.pop(index, None)
+        if future is None:
+            return self._items[index].request
+        try:
+            return future.result(timeout=max(0.0, self._deadline.remaining_seconds()))
+        except FutureTimeout as e:
+            raise PayloadStoreError("payload not fetched before the deadline") from e
+        finally:
+            self._in_flight -= self._size(index)
+            self._fill(index + 1)
+
+    def _fill(self, needed: int) -> None:
+        while self._next < len(self._items):
+            index = self._next
+            request = self._items[index].request
+            if request.payload_ref:
+                size = self._size(index)
+                if self._in_flight and index > needed and self._in_flight + size > self._budget:
+                    return
+                self._futures[index] = self._payloads.submit_restore(request, self._deadline)
+                self._in_flight += size
+            self._next += 1
+
+    def close(self) -> None:
+        """Cancel the fetches nobody will take (a batch that stopped early)."""
+        for future in self._futures.values():
+            future.cancel()
+        self._futures.clear()
 
 
 @dataclass
@@ -168,80 +242,84 @@ class _EmitRun:
     sleep: Sleep
     deadline: Deadline
     result: EmitResult = field(default_factory=EmitResult)
-    units: dict[str, _Unit] = field(default_factory=dict)
-    rejections: list[tuple[_Unit, BodyEntry | None, Rejection]] = field(default_factory=list)
+    states: dict[str, _SqsMessageState] = field(default_factory=dict)
+    rejections: list[tuple[_SqsMessageState, BodyEntry | None, Rejection]] = field(
+        default_factory=list
+    )
 
-    def decode_and_screen(self, messages: Sequence[QueuedMessage]) -> list[list[_Item]]:
+    def decode_and_screen(self, messages: Sequence[QueuedMessage]) -> list[list[_DelayMessage]]:
         """Decode bodies; per SQS message, the delay messages that may be delivered. What is
         not ours, or not allowed, is set aside for the reject queue, entry by entry."""
-        out: list[list[_Item]] = []
+        out: list[list[_DelayMessage]] = []
         for message in messages:
-            unit = self.units.setdefault(message.message_id, _Unit(message))
+            state = self.states.setdefault(message.message_id, _SqsMessageState(message))
             try:
                 entries = decode_body(message.body)
             except EnvelopeError as e:
-                unit.size = 1
-                self.reject(unit, None, Reason.BAD_ENVELOPE, str(e))
+                state.size = 1
+                self.reject(state, None, Reason.BAD_ENVELOPE, str(e))
                 continue
-            unit.size = len(entries)
-            good: list[_Item] = []
+            state.size = len(entries)
+            good: list[_DelayMessage] = []
             for entry in entries:
                 request = entry.request
                 if request is None:
-                    self.reject(unit, entry, Reason.BAD_ENVELOPE, entry.error)
+                    self.reject(state, entry, Reason.BAD_ENVELOPE, entry.error)
                 elif not self.settings.target_allowed(request.target):
                     detail = f"target {request.target!r} is not on the emitter's allow-list"
-                    self.reject(unit, entry, Reason.TARGET_NOT_ALLOWED, detail)
+                    self.reject(state, entry, Reason.TARGET_NOT_ALLOWED, detail)
                 elif request.payload_ref and not self.services.payloads.owns(request):
                     detail = f"payload_ref {request.payload_ref!r} is not this message's payload"
-                    self.reject(unit, entry, Reason.BAD_ENVELOPE, detail)
+                    self.reject(state, entry, Reason.BAD_ENVELOPE, detail)
                 else:
-                    good.append(_Item(message, entry, request))
+                    good.append(_DelayMessage(message, entry, request))
             if good:
                 out.append(good)
         return out
 
-    def reject(self, unit: _Unit, entry: BodyEntry | None, reason: Reason, detail: str) -> None:
+    def reject(
+        self, state: _SqsMessageState, entry: BodyEntry | None, reason: Reason, detail: str
+    ) -> None:
         """Set one entry (``None``: the whole body) aside for the reject queue, with the
         bytes it came in: the body, or the entry as a single envelope of its own."""
         record = {
-            "sqs_message_id": unit.message.message_id,
-            "body": unit.message.body if entry is None else entry.text,
+            "sqs_message_id": state.message.message_id,
+            "body": state.message.body if entry is None else entry.text,
         }
-        self.rejections.append((unit, entry, Rejection(reason, detail, record, None, None, None)))
+        self.rejections.append((state, entry, Rejection(reason, detail, record, None, None, None)))
 
-    def hold_back_early(self, per_message: list[list[_Item]]) -> list[_Item]:
+    def hold_back_early(self, per_message: list[list[_DelayMessage]]) -> list[_DelayMessage]:
         """Hide again each SQS message whose messages are all too early to hold (its rejects
         wait with it: they are sent when it comes back). A message too early inside an SQS
         message that is otherwise due goes back to the delay queue on its own."""
         now_ms = self.clock()
-        keep: list[_Item] = []
+        keep: list[_DelayMessage] = []
         for items in per_message:
-            unit = self.units[items[0].message.message_id]
+            state = self.states[items[0].message.message_id]
             earliest = min(i.request.due_ms for i in items)
             if earliest - now_ms > self.settings.max_hold_ms:
-                self.redelay(unit, earliest, now_ms)
+                self.redelay(state, earliest, now_ms)
                 continue
             for item in items:
                 if item.request.due_ms - now_ms <= self.settings.max_hold_ms:
                     keep.append(item)
                 else:
-                    self.again(item, now_ms, failure=False)
+                    self.again(item, now_ms)
         return keep
 
-    def redelay(self, unit: _Unit, earliest_ms: int, now_ms: int) -> None:
+    def redelay(self, state: _SqsMessageState, earliest_ms: int, now_ms: int) -> None:
         seconds = buckets.visibility_delay_seconds(earliest_ms, now_ms, self.settings.emit_lead_ms)
-        message = unit.message
+        message = state.message
         try:
-            self.services.delay_queue.change_visibility(
+            self.services.delay_queue.queue.change_visibility(
                 message.receipt_handle, max(1, seconds), self.deadline
             )
-            self.result.redelayed += unit.size
+            self.result.redelayed += state.size
         except DelayQueueError as e:
             self.result.errors.append(f"{message.message_id}: re-delay failed: {e}")
         # Failed either way: SQS keeps the message and brings it back, never early.
-        unit.failed = True
-        self.rejections = [r for r in self.rejections if r[0] is not unit]
+        state.failed = True
+        self.rejections = [r for r in self.rejections if r[0] is not state]
 
     def send_rejects(self) -> None:
         """Send every reject. If that fails, an entry goes back to the delay queue like any
@@ -254,71 +332,106 @@ class _EmitRun:
                 [r for _, _, r in self.rejections], self.clock(), self.deadline
             )
         except DelayQueueError as e:
-            for unit, entry, _ in self.rejections:
-                self.result.errors.append(f"{unit.message.message_id}: reject queue: {e}")
+            for state, entry, _ in self.rejections:
+                self.result.errors.append(f"{state.message.message_id}: reject queue: {e}")
                 if entry is None:
-                    unit.failed = True
+                    state.failed = True
                 else:
-                    unit.retry.append((0, entry.text))
-                    unit.failures += 1
+                    state.retries.append(QueueEntry(0, entry.text))
             return
         self.result.rejected = len(self.rejections)
-        for unit, _, _ in self.rejections:
-            unit.settled += 1
+        for state, _, _ in self.rejections:
+            state.settled += 1
 
-    def load_payloads(self, ready: list[_Item]) -> list[_Item]:
-        """Fetch offloaded values; a message whose value cannot be read fails alone."""
-        loaded: list[_Item] = []
-        for item in ready:
-            try:
-                restored = self.services.payloads.restore(item.request, self.deadline)
-            except DelayQueueError as e:
-                self.fail(item, f"{item.request.delay_id}: {e}")
-                continue
-            loaded.append(_Item(item.message, item.entry, restored))
-        return loaded
+    def drop_cancelled(self, ready: list[_DelayMessage]) -> list[_DelayMessage]:
+        """The messages no cancel applies to. When the markers cannot be read, nothing is
+        delivered: every message is tried again after the back-off (a cancel must win)."""
+        if not ready:
+            return ready
+        try:
+            flags = self.services.store.cancelled([i.request for i in ready], self.deadline)
+        except DelayQueueError as e:
+            failure = Undelivered(Failure.UNAVAILABLE, f"cancel markers not read: {e}")
+            for item in ready:
+                self.fail(item, failure)
+            return []
+        keep = []
+        for item, cancelled in zip(ready, flags, strict=True):
+            if cancelled:
+                self.states[item.message.message_id].settled += 1
+                self.result.cancelled += 1
+            else:
+                keep.append(item)
+        return keep
 
-    def produce_at_due(self, loaded: list[_Item]) -> None:
-        """Produce each message at its due time (earliest first), then check every report.
-        Production stops while there is still time to flush and to send back what was not
-        produced: a batch of large bundles never runs into the function's timeout."""
-        loaded.sort(key=lambda item: item.request.due_ms)
+    def produce_at_due(self, items: list[_DelayMessage]) -> None:
+        """Produce each message at its due time (earliest first), its offloaded value fetched
+        just ahead of it, then check every report. Production stops while there is still
+        time to flush and to put back what was not produced."""
+        if not items:
+            return
+        items.sort(key=lambda item: item.request.due_ms)
+        fetches = _Fetches(
+            self.services.payloads,
+            items,
+            c.EMIT_FETCH_BUDGET_BYTES,
+            self.settings.max_payload_bytes,
+            self.deadline,
+        )
         reserve = self.settings.kafka_timeout_seconds + c.EMIT_RESERVE_SECONDS
-        outcomes: list[str | None] = []
-        emitted: list[int] = []
-        for index, item in enumerate(loaded):
-            wait_seconds = max(0, item.request.due_ms - self.clock()) / 1000
-            if self.deadline.remaining_seconds() - wait_seconds < reserve:
-                for late in loaded[index:]:
-                    self.again(late, self.clock(), failure=False)
-                self.result.errors.append(
-                    f"{len(loaded) - index} message(s) not produced before the deadline: "
-                    "sent back to the delay queue"
+        produced: list[tuple[_DelayMessage, int]] = []
+        outcomes: list[Undelivered | None] = []
+        try:
+            for index, item in enumerate(items):
+                wait_seconds = max(0, item.request.due_ms - self.clock()) / 1000
+                if self.deadline.remaining_seconds() - wait_seconds < reserve:
+                    self.put_back(items[index:])
+                    break
+                try:
+                    loaded = fetches.take(index)
+                except PayloadMissingError as e:
+                    self.fail(item, Undelivered(Failure.PAYLOAD_MISSING, str(e)))
+                    continue
+                except DelayQueueError as e:
+                    self.fail(item, Undelivered(Failure.UNAVAILABLE, f"payload not read: {e}"))
+                    continue
+                now = self.wait_until(loaded.due_ms)
+                attempt = loaded.attempts + item.message.receive_count
+                record = OutRecord(
+                    loaded.target,
+                    loaded.key,
+                    loaded.value,
+                    delivery_headers(loaded, now, attempt),
                 )
-                del loaded[index:]
-                break
-            now = self.wait_until(item.request.due_ms)
-            emitted.append(now)
-            outcomes.append(NO_REPORT)
-            record = OutRecord(
-                item.request.target,
-                item.request.key,
-                item.request.value,
-                delivery_headers(item.request, now, item.message.receive_count),
-            )
-            self.services.delivery.produce(record, partial(outcomes.__setitem__, index))
-        if loaded:
+                outcomes.append(NO_REPORT)
+                produced.append((item, now))
+                self.services.delivery.produce(
+                    record, partial(outcomes.__setitem__, len(outcomes) - 1)
+                )
+        finally:
+            fetches.close()
+        if produced:
             self.services.delivery.flush()
-        for index, item in enumerate(loaded):
-            request = item.request
-            error = outcomes[index]
-            if error:
-                self.fail(item, f"{request.delay_id}: kafka: {error}")
+        for (item, emitted), outcome in zip(produced, outcomes, strict=True):
+            if outcome is not None:
+                self.fail(item, outcome)
                 continue
-            self.units[item.message.message_id].settled += 1
-            self.result.deliveries.append(Delivery(request.target, request.due_ms, emitted[index]))
-            if request.payload_ref:
-                self.delete_payload(request)
+            request = item.request
+            self.states[item.message.message_id].settled += 1
+            attempt = request.attempts + item.message.receive_count
+            self.result.deliveries.append(
+                Delivery(request.target, request.due_ms, emitted, request.delay_id, attempt)
+            )
+
+    def put_back(self, items: Sequence[_DelayMessage]) -> None:
+        """Messages this invocation has no time left to produce: back to the delay queue."""
+        now_ms = self.clock()
+        for item in items:
+            self.again(item, now_ms)
+        self.result.errors.append(
+            f"{len(items)} message(s) not produced before the deadline: "
+            "sent back to the delay queue"
+        )
 
     def wait_until(self, due_ms: int) -> int:
         """Sleep until ``due_ms`` on this function's clock; returns the time reached."""
@@ -326,66 +439,66 @@ class _EmitRun:
             self.sleep(max(due_ms - now, 1) / 1000)
         return now
 
-    def delete_payload(self, request: DelayRequest) -> None:
-        """Delivered: failing the message now would emit it twice, so a failed delete is
-        reported (the bucket's lifecycle rule removes the object later), not retried."""
-        try:
-            self.services.payloads.delete(request, self.deadline)
-        except DelayQueueError as e:
-            self.result.errors.append(f"{request.delay_id}: payload not deleted: {e}")
+    def fail(self, item: _DelayMessage, failure: Undelivered) -> None:
+        """One delay message was not delivered: retried or dead-lettered (``settlement``)."""
+        request = item.request
+        self.result.errors.append(f"{request.delay_id}: {failure.failure}: {failure.detail}")
+        now_ms = self.clock()
+        state = self.states[item.message.message_id]
+        step = after_failure(
+            request, item.entry.text, failure, now_ms=now_ms, settings=self.settings
+        )
+        if isinstance(step, Retry):
+            state.retries.append(step.entry)
+        else:
+            state.dead.append(dead_letter_text(item.entry.text, step.reason, step.detail, now_ms))
 
-    def fail(self, item: _Item, error: str) -> None:
-        """One delay message was not delivered: it is to be delivered again."""
-        self.result.errors.append(error)
-        self.again(item, self.clock(), failure=True)
-
-    def again(self, item: _Item, now_ms: int, *, failure: bool) -> None:
-        """Mark one delay message for the delay queue again, released at or before its due
-        (at once when it is due). Its entry text keeps a claim-check pointer a pointer."""
-        unit = self.units[item.message.message_id]
-        delay = buckets.queue_delay_seconds(item.request.due_ms, now_ms, self.settings.emit_lead_ms)
-        unit.retry.append((delay, item.entry.text))
-        unit.failures += int(failure)
+    def again(self, item: _DelayMessage, now_ms: int) -> None:
+        """Put one delay message back, released at or before its due (at once when due)."""
+        step = when_due(
+            item.request, item.entry.text, now_ms=now_ms, lead_ms=self.settings.emit_lead_ms
+        )
+        self.states[item.message.message_id].retries.append(step.entry)
 
     def settle(self) -> None:
-        """Decide each SQS message's fate: done, failed as a whole, or done once what is left
-        of it is back on the delay queue (one send for the batch)."""
-        resend: list[_Unit] = []
-        for unit in self.units.values():
-            if unit.failed:
-                self.result.failed.append(unit.message.message_id)
-            elif unit.retry and unit.settled == 0 and unit.failures:
-                # Nothing delivered: let SQS count the attempt (dead-letter queue after
-                # maxReceiveCount) rather than sending it as a new message.
-                self.fail_back_off(unit)
-            elif unit.retry:
-                resend.append(unit)
+        """Decide each SQS message's fate: done, or failed as a whole. Dead letters are sent
+        first (if that fails they are retried like the others, in a minute), then everything
+        to retry in one send; an SQS message whose sends failed is reported failed."""
+        pending = [s for s in self.states.values() if not s.failed and (s.retries or s.dead)]
+        self.result.failed.extend(s.message.message_id for s in self.states.values() if s.failed)
+        dead = [(state, text) for state in pending for text in state.dead]
+        if dead:
+            try:
+                self.services.dead_letters.send_entries(
+                    [QueueEntry(0, text) for _, text in dead], self.deadline
+                )
+                self.result.dead_lettered += len(dead)
+            except DelayQueueError as e:
+                self.result.errors.append(f"dead-letter queue: {e}")
+                for state, text in dead:
+                    state.retries.append(QueueEntry(c.EMIT_RETRY_MAX_SECONDS, text))
+        resend = [s for s in pending if s.retries]
         if not resend:
             return
-        queue = DelayQueue(
-            self.services.delay_queue,
-            self.settings.emit_lead_ms,
-            bundle_max_bytes=self.settings.bundle_max_bytes,
-            bundle_max_messages=self.settings.bundle_max_messages,
-        )
         try:
-            queue.send_encoded([e for u in resend for e in u.retry], self.deadline)
+            self.services.delay_queue.send_entries(
+                [e for s in resend for e in s.retries], self.deadline
+            )
         except DelayQueueError as e:
             self.result.errors.append(f"sending undelivered messages back failed: {e}")
-            for unit in resend:
-                self.fail_back_off(unit)
+            for state in resend:
+                self.fail_back_off(state)
             return
-        self.result.requeued += sum(len(u.retry) for u in resend)
+        self.result.requeued += sum(len(s.retries) for s in resend)
 
-    def fail_back_off(self, unit: _Unit) -> None:
+    def fail_back_off(self, state: _SqsMessageState) -> None:
         """Report an SQS message failed, visible again after a short back-off (2, 4, 8 ...
-        seconds by receive count) rather than the queue's visibility timeout (minutes): a
-        transient Kafka failure costs seconds of lateness. SQS still counts the receive
-        towards the dead-letter queue."""
-        message = unit.message
+        seconds by receive count) rather than the queue's visibility timeout (minutes). SQS
+        counts the receive towards the dead-letter queue."""
+        message = state.message
         seconds = min(2**message.receive_count, c.EMIT_RETRY_MAX_SECONDS)
         try:
-            self.services.delay_queue.change_visibility(
+            self.services.delay_queue.queue.change_visibility(
                 message.receipt_handle, seconds, self.deadline
             )
         except DelayQueueError as e:

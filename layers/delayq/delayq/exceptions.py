@@ -43,6 +43,10 @@ class PayloadStoreError(DelayQueueError):
     """An S3 claim-check call failed."""
 
 
+class PayloadMissingError(PayloadStoreError):
+    """A claim-check pointer points at no object (it was never written, or has expired)."""
+
+
 class EnvelopeError(DelayQueueError):
     """A delay-queue body cannot be decoded."""
 

@@ -1,7 +1,14 @@
 """Ingest: a Kafka batch from the delay topic -> SQS (due soon), DynamoDB (due later),
 cancel markers, and the reject queue. Valid records are never dropped: if one cannot be
 stored after retries, the invocation fails and the event source redelivers the batch
-(re-storing is idempotent: same id, same due, same item)."""
+(re-storing is idempotent: same id, same due, same item; due-soon messages are queued again,
+a duplicate with the same ``delay-id``).
+
+A record ingest cannot handle at all (a bug the contract's checks did not foresee) is
+rejected with reason ``internal-error`` and its original bytes, like any invalid record:
+one record must not block its partition. Only a failure to keep valid records (DynamoDB,
+SQS or S3 unavailable) fails the batch, which blocks the partition until the service is
+back: nothing is lost, and the template alarms on it."""
 
 from __future__ import annotations
 
@@ -15,6 +22,7 @@ from delayq.clock import Clock
 from delayq.contract import (
     CancelRequest,
     DelayRequest,
+    Reason,
     RejectedRecord,
     Rejection,
     estimated_body_bytes,
@@ -22,11 +30,12 @@ from delayq.contract import (
     parse_record,
     rejection_of,
 )
+from delayq.exceptions import WatermarkConflictError
 from delayq.payloads import PayloadStore
 from delayq.queues import DelayQueue, RejectQueue
 from delayq.retry import Deadline
 from delayq.settings import Settings
-from delayq.store import MessageStore
+from delayq.store import MessageStore, Watermark
 
 
 @dataclass
@@ -74,6 +83,10 @@ def parse_batch(
         except RejectedRecord as e:
             rejections.append(rejection_of(record, e))
             continue
+        except Exception as e:  # noqa: BLE001 -- kept whole in the reject queue, never dropped
+            detail = f"ingest could not read the record: {type(e).__name__}: {e}"
+            rejections.append(rejection_of(record, RejectedRecord(Reason.INTERNAL_ERROR, detail)))
+            continue
         (cancels if isinstance(parsed, CancelRequest) else delays).append(parsed)  # type: ignore[arg-type]
     return delays, cancels, rejections
 
@@ -90,9 +103,9 @@ def ingest_batch(
     delays, cancels, rejections = parse_batch(event, settings, clock())
     result = IngestResult(rejected=rejections)
 
-    # Cancels first: a cancel and its message in one batch must end cancelled.
+    # Cancels first: a message that a cancel of the same batch covers must end cancelled.
     if cancels:
-        cancel([x.delay_id for x in cancels], store=services.store, clock=clock, deadline=deadline)
+        cancel(cancels, store=services.store, clock=clock, deadline=deadline)
         result.cancelled = len(cancels)
 
     prepared = [
@@ -109,16 +122,12 @@ def ingest_batch(
     if to_store:
         services.store.put_messages(to_store, now_ms, deadline)
         result.stored = len(to_store)
-        # Guard against a scheduler that passed these seconds while we were writing
-        # (clock skew, slow retries): anything at or below the watermark is queued as well,
-        # and so is anything in the second it is working through (its cursors may be past
-        # our sort keys).
-        mark = services.store.read_watermark(deadline)
-        if mark is not None:
-            last = mark.second + 1 if mark.cursors else mark.second
-            behind = [r for r in to_store if buckets.due_second(r.due_ms) <= last]
-            to_queue.extend(behind)
-            result.rescued = len(behind)
+        # The guard: a scheduler run may have read (or passed) these seconds while we were
+        # writing. Whatever it may have missed is queued here as well (docs/internals.md).
+        mark = _watermark_after_store(services.store, now_ms, deadline)
+        behind = [r for r in to_store if buckets.due_second(r.due_ms) <= mark.guarded_through]
+        to_queue.extend(behind)
+        result.rescued = len(behind)
     if to_queue:
         services.delay_queue.send(to_queue, clock(), deadline)
         result.queued = len(to_queue) - result.rescued
@@ -127,12 +136,30 @@ def ingest_batch(
     return result
 
 
+def _watermark_after_store(store: MessageStore, now_ms: int, deadline: Deadline) -> Watermark:
+    """The scheduler's progress as it is now (strongly consistent), created if there is none
+    yet: at the second before ``now``, below every due-second stored from ``now`` on (they
+    are all beyond the horizon), so the scheduler's first run starts low enough."""
+    mark = store.read_watermark(deadline)
+    if mark is not None:
+        return mark
+    try:
+        return store.create_watermark(buckets.due_second(now_ms) - 1, now_ms, deadline)
+    except WatermarkConflictError:
+        created = store.read_watermark(deadline)
+        if created is None:  # pragma: no cover -- a conflict means the item exists
+            raise
+        return created
+
+
 def cancel(
-    delay_ids: Sequence[str], *, store: MessageStore, clock: Clock, deadline: Deadline
+    cancels: Sequence[CancelRequest], *, store: MessageStore, clock: Clock, deadline: Deadline
 ) -> None:
     """Cancel pending messages by id (the layer function behind ``delay-cancel`` records).
 
-    The emitter reads the markers of every batch it receives and drops cancelled ids: a
-    cancel written before the emitter reads the message's batch always wins.
+    A cancel applies to the messages with its id written to the delay topic before it (by
+    record timestamp), not to a later message that reuses the id. The emitter reads the
+    markers of every batch it receives, strongly consistent: a cancel ingested before the
+    emitter reads the message's batch always wins.
     """
-    store.put_cancels(list(delay_ids), clock(), deadline)
+    store.put_cancels(cancels, clock(), deadline)

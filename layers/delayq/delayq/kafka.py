@@ -2,11 +2,18 @@
 
 Security modes: PLAINTEXT, SSL, SASL/SCRAM (credentials from Secrets Manager, never from an
 environment variable) and MSK IAM (OAUTHBEARER tokens from aws-msk-iam-sasl-signer-python).
-The producer is idempotent (``enable.idempotence``, ``acks=all``).
+The producer is idempotent (``enable.idempotence``, ``acks=all``); a fatal error (an
+idempotent producer cannot recover from one) makes the next record build a new producer.
+
+Every failed delivery is classified (:class:`Failure`): the target cluster could not be
+reached (timeouts, no leader, brokers down: nothing is wrong with the message), or it
+refused this record (too large, unknown topic, not authorised). The emitter retries the
+first for as long as an outage may last and dead-letters the second after a few attempts.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -14,11 +21,85 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from delayq import constants as c
 from delayq.exceptions import ConfigurationError
 from delayq.settings import Settings
 
 TokenProvider = Callable[[str], tuple[str, int]]
-NO_REPORT = "no delivery report before the flush timeout"
+ErrorCallback = Callable[[Any], None]
+#: Builds a producer that reports client-level errors (fatal ones included) to the callback.
+ProducerFactory = Callable[[ErrorCallback], Any]
+
+
+class Failure(enum.StrEnum):
+    """Why a record was not delivered (also the dead-letter reason)."""
+
+    UNAVAILABLE = "target-unavailable"
+    REFUSED = "target-refused"
+    # Not Kafka's: the claim-check object of the record's value does not exist.
+    PAYLOAD_MISSING = "payload-missing"
+
+
+@dataclass(frozen=True)
+class Undelivered:
+    """A record's failed delivery: its class and the client's own words."""
+
+    failure: Failure
+    detail: str
+
+
+NO_REPORT = Undelivered(Failure.UNAVAILABLE, "no delivery report before the flush timeout")
+
+# librdkafka error names (KafkaError.name()) that say the cluster or the connection failed,
+# not the record: retried without using up the message's attempts. Any error the client
+# marks retriable, or fatal (the producer's own state), is counted here too.
+_UNAVAILABLE = frozenset(
+    {
+        "_MSG_TIMED_OUT",
+        "_TIMED_OUT",
+        "_TIMED_OUT_QUEUE",
+        "_TRANSPORT",
+        "_ALL_BROKERS_DOWN",
+        "_RESOLVE",
+        "_DESTROY",
+        "_PURGE_QUEUE",
+        "_PURGE_INFLIGHT",
+        "_FATAL",
+        "_WAIT_COORD",
+        "_NODE_UPDATE",
+        "LEADER_NOT_AVAILABLE",
+        "NOT_LEADER_FOR_PARTITION",
+        "NOT_LEADER_OR_FOLLOWER",
+        "BROKER_NOT_AVAILABLE",
+        "REQUEST_TIMED_OUT",
+        "NETWORK_EXCEPTION",
+        "NOT_ENOUGH_REPLICAS",
+        "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+        "KAFKA_STORAGE_ERROR",
+        "THROTTLING_QUOTA_EXCEEDED",
+        "OUT_OF_ORDER_SEQUENCE_NUMBER",
+        "UNKNOWN_PRODUCER_ID",
+        "INVALID_PRODUCER_EPOCH",
+    }
+)
+
+
+def classify(error: Any) -> Undelivered:
+    """The class of a delivery error (a ``confluent_kafka.KafkaError``, or an exception
+    ``produce()`` raised, which carries one as its first argument when it is Kafka's)."""
+    kafka_error = error
+    if isinstance(error, BaseException):
+        kafka_error = error.args[0] if error.args else None
+    name = _call(kafka_error, "name")
+    transient = name in _UNAVAILABLE or _call(kafka_error, "retriable") is True
+    if transient or _call(kafka_error, "fatal") is True:
+        return Undelivered(Failure.UNAVAILABLE, str(error))
+    return Undelivered(Failure.REFUSED, str(error))
+
+
+def _call(obj: Any, method: str) -> Any:
+    function = getattr(obj, method, None)
+    return function() if callable(function) else None
 
 
 @dataclass(frozen=True)
@@ -69,6 +150,11 @@ def producer_config(
         "linger.ms": 2,
         "message.timeout.ms": int(settings.kafka_timeout_seconds * 1000),
         "client.id": "delayq-emitter",
+        # librdkafka's default (1,000,000) is below the payloads ingest accepts: the limit
+        # follows the largest payload plus the delivery headers and framing.
+        "message.max.bytes": settings.kafka_max_message_bytes,
+        # Bounds what the producer holds in memory (the emitter's memory budget).
+        "queue.buffering.max.kbytes": c.EMIT_BUFFER_KBYTES,
     }
     mode = settings.kafka_security
     if mode == "PLAINTEXT":
@@ -106,8 +192,11 @@ def producer_config(
     return config
 
 
-def make_producer(settings: Settings, secrets_client: Any = None) -> Any:
-    """Build the producer for the configured mode (SCRAM reads its secret once, here)."""
+def make_producer(
+    settings: Settings, secrets_client: Any = None, error_cb: ErrorCallback | None = None
+) -> Any:
+    """Build the producer for the configured mode (SCRAM reads its secret here);
+    ``error_cb`` receives the client's own errors (a fatal one among them)."""
     from confluent_kafka import Producer  # noqa: PLC0415 -- keeps the layer importable without it
 
     credentials = None
@@ -115,25 +204,51 @@ def make_producer(settings: Settings, secrets_client: Any = None) -> Any:
         if secrets_client is None:
             raise ConfigurationError("SASL/SCRAM needs a Secrets Manager client")
         credentials = scram_credentials(secrets_client, settings.kafka_secret_arn)
-    return Producer(producer_config(settings, credentials=credentials))
+    config = producer_config(settings, credentials=credentials)
+    if error_cb is not None:
+        config["error_cb"] = error_cb
+    return Producer(config)
 
 
 class KafkaDelivery:
-    """Produce a batch, flush, and report each record's fate from its delivery report."""
+    """Produce records, flush, and report each record's fate from its delivery report.
 
-    def __init__(self, producer: Any, timeout_seconds: float) -> None:
-        self._producer = producer
+    The producer is built by ``factory`` at once (a configuration error fails the cold
+    start, not every delivery) and built again after a fatal error: an idempotent producer
+    that hit one refuses every later record, so a cached producer would fail every batch of
+    the container from then on.
+    """
+
+    def __init__(self, factory: ProducerFactory, timeout_seconds: float) -> None:
+        self._factory = factory
         self._timeout = timeout_seconds
+        self._fatal = False
+        self.rebuilds = 0
+        self._producer = factory(self._on_error)
 
-    def produce(self, record: OutRecord, on_result: Callable[[str | None], None]) -> None:
-        """Queue one record; ``on_result`` gets None on success or an error text."""
+    def _live(self) -> Any:
+        if self._fatal:
+            self.rebuilds += 1
+            self._fatal = False
+            self._producer = self._factory(self._on_error)
+        return self._producer
+
+    def _on_error(self, error: Any) -> None:
+        if _call(error, "fatal") is True:
+            self._fatal = True
+
+    def produce(self, record: OutRecord, on_result: Callable[[Undelivered | None], None]) -> None:
+        """Queue one record; ``on_result`` gets None on success or why it failed."""
 
         def report(err: Any, _msg: Any) -> None:
-            on_result(None if err is None else str(err))
+            if err is not None:
+                self._on_error(err)
+            on_result(None if err is None else classify(err))
 
+        producer = self._live()
         while True:
             try:
-                self._producer.produce(
+                producer.produce(
                     record.topic,
                     value=record.value,
                     key=record.key,
@@ -143,9 +258,11 @@ class KafkaDelivery:
                 return
             except BufferError:
                 # The local queue is full: serve delivery reports, then try again.
-                self._producer.poll(0.05)
+                producer.poll(0.05)
             except Exception as e:  # noqa: BLE001 -- any produce() refusal fails this record only
-                on_result(f"produce refused: {e}")
+                refused = classify(e)
+                self._on_error(e.args[0] if e.args else None)
+                on_result(Undelivered(refused.failure, f"produce refused: {e}"))
                 return
 
     def flush(self) -> int:
@@ -156,9 +273,9 @@ class KafkaDelivery:
             remaining = int(self._producer.flush(max(0.0, deadline - time.monotonic())))
         return remaining
 
-    def deliver(self, records: Sequence[OutRecord]) -> list[str | None]:
-        """Produce all, flush, and return per record None (acknowledged) or the error."""
-        results: list[str | None] = [NO_REPORT] * len(records)
+    def deliver(self, records: Sequence[OutRecord]) -> list[Undelivered | None]:
+        """Produce all, flush, and return per record None (acknowledged) or the failure."""
+        results: list[Undelivered | None] = [NO_REPORT] * len(records)
         for index, record in enumerate(records):
             self.produce(record, partial(results.__setitem__, index))
         self.flush()

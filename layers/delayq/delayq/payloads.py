@@ -1,17 +1,25 @@
 """S3 claim-check: large values wait in S3; the store and the queue carry a pointer.
 
-Objects live under ``payloads/`` (deleted after delivery, and by a lifecycle rule as a net)
-and ``rejected/`` (original records too large for a dead-letter body).
+Objects live under ``payloads/`` and ``rejected/`` (original records too large for a
+dead-letter body). Nothing here deletes a payload: a message may have copies (at-least-once
+duplicates, retries, a dead-letter queue, a redrive days later) and each must find its value.
+The bucket's lifecycle rule expires them after a retention that the template checks against
+the longest a copy can live: the maximum delay, the TTL grace, TTL's own lag and the
+dead-letter retention.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import ClientError
+
+from delayq import constants as c
 from delayq.contract import DelayRequest
-from delayq.exceptions import PayloadStoreError
+from delayq.exceptions import PayloadMissingError, PayloadStoreError
 from delayq.retry import AWS_ERRORS, Backoff, Deadline, retry_call
 
 if TYPE_CHECKING:
@@ -38,10 +46,17 @@ def payload_key(request: DelayRequest) -> str:
 class PayloadStore:
     """The claim-check bucket. The client is injected."""
 
-    def __init__(self, client: Any, bucket: str, backoff: Backoff | None = None) -> None:
+    def __init__(
+        self,
+        client: Any,
+        bucket: str,
+        backoff: Backoff | None = None,
+        fetch_workers: int = c.EMIT_FETCH_WORKERS,
+    ) -> None:
         self._client = client
         self.bucket = bucket
         self._backoff = backoff or Backoff()
+        self._pool = ThreadPoolExecutor(max_workers=max(1, fetch_workers))
 
     def offload(self, request: DelayRequest, deadline: Deadline) -> DelayRequest:
         """Put the value in S3; return the request carrying a pointer instead of the value."""
@@ -51,26 +66,35 @@ class PayloadStore:
             lambda: self._client.put_object(Bucket=self.bucket, Key=key, Body=request.value or b""),
             deadline,
         )
-        return dataclasses.replace(request, value=None, payload_ref=f"s3://{self.bucket}/{key}")
+        return dataclasses.replace(
+            request,
+            value=None,
+            payload_ref=f"s3://{self.bucket}/{key}",
+            offloaded_bytes=len(request.value or b""),
+        )
 
     def restore(self, request: DelayRequest, deadline: Deadline) -> DelayRequest:
-        """Fetch the value a pointer refers to; requests without a pointer pass through."""
+        """Fetch the value a pointer refers to; requests without a pointer pass through.
+        Raises :class:`PayloadMissingError` when the object is not there (no retry can help)
+        and :class:`PayloadStoreError` when S3 could not be read."""
         if not request.payload_ref:
             return request
         key = self._own_key(request)
-        response = self._call(
-            "get payload", lambda: self._client.get_object(Bucket=self.bucket, Key=key), deadline
-        )
+        try:
+            response = self._call(
+                "get payload",
+                lambda: self._client.get_object(Bucket=self.bucket, Key=key),
+                deadline,
+            )
+        except PayloadStoreError as e:
+            if _missing(e.__cause__):
+                raise PayloadMissingError(f"{request.payload_ref} does not exist") from e
+            raise
         return dataclasses.replace(request, value=response["Body"].read())
 
-    def delete(self, request: DelayRequest, deadline: Deadline) -> None:
-        """Delete a request's offloaded value (idempotent: a missing object is fine)."""
-        key = self._own_key(request)
-        self._call(
-            "delete payload",
-            lambda: self._client.delete_object(Bucket=self.bucket, Key=key),
-            deadline,
-        )
+    def submit_restore(self, request: DelayRequest, deadline: Deadline) -> Future[DelayRequest]:
+        """:meth:`restore` on the store's fetch pool (the emitter fetches ahead of producing)."""
+        return self._pool.submit(self.restore, request, deadline)
 
     def owns(self, request: DelayRequest) -> bool:
         """True when the request's pointer is the one it must have: its own key in this
@@ -109,3 +133,11 @@ class PayloadStore:
             return retry_call(operation, call, self._backoff, deadline)
         except AWS_ERRORS as e:
             raise PayloadStoreError(f"{operation}: {e}") from e
+
+
+def _missing(error: BaseException | None) -> bool:
+    """S3's answer for an object that is not there (404 with the ListBucket grant)."""
+    if not isinstance(error, ClientError):
+        return False
+    code = error.response.get("Error", {}).get("Code")
+    return code in {"NoSuchKey", "404"}

@@ -111,12 +111,27 @@ def _batches(entries: Sequence[Outgoing]) -> Iterator[list[Outgoing]]:
         yield batch
 
 
+@dataclass(frozen=True)
+class QueueEntry:
+    """One delay message to queue: its encoded single envelope, the DelaySeconds it waits,
+    and the bytes of its offloaded value (what delivering it will fetch)."""
+
+    delay_seconds: int
+    text: str
+    offloaded_bytes: int = 0
+
+
 class DelayQueue:
     """The SQS standard queue where a message waits its last (at most 15) minutes.
 
     Requests that get the same DelaySeconds travel together: bundles (``docs/internals.md``)
-    of at most ``bundle_max_bytes`` (default: one 64 KiB billing chunk) and
-    ``bundle_max_messages``. A request larger than a bundle goes alone, as a single envelope.
+    of at most ``bundle_max_bytes`` (default: one 64 KiB billing chunk),
+    ``bundle_max_messages``, and ``BUNDLE_MAX_OFFLOADED_BYTES`` of offloaded values counted at
+    their real size (a pointer is small; the value it points at is not). A request larger
+    than a bundle goes alone, as a single envelope.
+
+    The same bundling serves the delay queue's dead-letter queue (the emitter dead-letters
+    messages with their reason, see ``delayq.contract.dead_letter_text``).
     """
 
     def __init__(
@@ -139,38 +154,45 @@ class DelayQueue:
 
     def send(self, requests: Sequence[DelayRequest], now_ms: int, deadline: Deadline) -> None:
         """Queue each request, released at or before its due time, in bundles."""
-        self.send_encoded(
-            [(self.delay_seconds(r.due_ms, now_ms), Envelope(r).encode()) for r in requests],
+        self.send_entries(
+            [
+                QueueEntry(
+                    self.delay_seconds(r.due_ms, now_ms), Envelope(r).encode(), r.offloaded_bytes
+                )
+                for r in requests
+            ],
             deadline,
         )
 
-    def send_encoded(self, entries: Sequence[tuple[int, str]], deadline: Deadline) -> None:
+    def send_entries(self, entries: Sequence[QueueEntry], deadline: Deadline) -> None:
         """Queue encoded single envelopes, each with its DelaySeconds, bundled by DelaySeconds.
         A failed SendMessageBatch entry is a whole bundle: it is sent again whole."""
-        groups: dict[int, list[str]] = {}
-        for delay_seconds, text in entries:
-            groups.setdefault(delay_seconds, []).append(text)
+        groups: dict[int, list[QueueEntry]] = {}
+        for entry in entries:
+            groups.setdefault(entry.delay_seconds, []).append(entry)
         outgoing = [
             Outgoing(body, delay_seconds)
-            for delay_seconds, texts in groups.items()
-            for body in self._bundles(texts)
+            for delay_seconds, group in groups.items()
+            for body in self._bundles(group)
         ]
         self.queue.send("send to delay queue", outgoing, deadline)
 
-    def _bundles(self, texts: Sequence[str]) -> Iterator[str]:
-        """Consecutive entries packed under both bundle caps (encoded envelopes are ASCII:
+    def _bundles(self, entries: Sequence[QueueEntry]) -> Iterator[str]:
+        """Consecutive entries packed under the bundle caps (encoded envelopes are ASCII:
         characters are bytes)."""
         bundle: list[str] = []
-        size = 0
-        for text in texts:
+        size = offloaded = 0
+        for entry in entries:
             if bundle and (
                 len(bundle) == self._max_messages
-                or bundle_bytes(size + len(text), len(bundle) + 1) > self._max_bytes
+                or bundle_bytes(size + len(entry.text), len(bundle) + 1) > self._max_bytes
+                or offloaded + entry.offloaded_bytes > c.BUNDLE_MAX_OFFLOADED_BYTES
             ):
                 yield encode_bundle(bundle)
-                bundle, size = [], 0
-            bundle.append(text)
-            size += len(text)
+                bundle, size, offloaded = [], 0, 0
+            bundle.append(entry.text)
+            size += len(entry.text)
+            offloaded += entry.offloaded_bytes
         if bundle:
             yield encode_bundle(bundle)
 

@@ -22,6 +22,7 @@ made visible again when the run ends. A token bucket paces the moves (messages p
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import hashlib
 import json
@@ -41,6 +42,7 @@ from delayq.ingest import IngestServices, ingest_batch, parse_batch
 from delayq.payloads import parse_ref
 from delayq.retry import AWS_ERRORS, Backoff, Deadline, is_retryable, retry_call, retry_partial
 from delayq.settings import Settings
+from delayq.stream_failures import SEND_CHUNK, requeue_failed_batches
 
 #: The keys of a reject the emitter wrote: the delay-queue message, not a Kafka record.
 DELAY_QUEUE_RECORD_KEYS = frozenset({"sqs_message_id", "body"})
@@ -55,6 +57,8 @@ class RedriveSource(enum.StrEnum):
 
     DELAY_DLQ = "delay-dlq"
     REJECTS = "rejects"
+    # Not a queue: the cleanup stream source's failed batches in the payload bucket.
+    CLEANUP_FAILURES = "cleanup-failures"
 
 
 @dataclass
@@ -299,6 +303,16 @@ def redrive(
     at ``limit``, or when a receive (long polling ``wait_seconds``) brings nothing new.
     """
     kind = _source_kind(source)
+    if kind is RedriveSource.CLEANUP_FAILURES:
+        return _stream_failures(
+            settings=settings,
+            services=services,
+            limit=limit,
+            rate_per_second=rate_per_second,
+            dry_run=dry_run,
+            clock=clock,
+            sleep=sleep,
+        )
     url = source_url or _default_url(kind, settings)
     _check_options(
         kind,
@@ -346,6 +360,52 @@ def redrive(
 
 #: What reading an oversize rejected record from S3 may raise (it then stays on the source).
 _RECORD_READ_ERRORS: tuple[type[Exception], ...] = (*AWS_ERRORS, DelayQueueError, ValueError)
+
+
+def _stream_failures(
+    *,
+    settings: Settings,
+    services: RedriveServices,
+    limit: int | None,
+    rate_per_second: float | None,
+    dry_run: bool,
+    clock: Clock,
+    sleep: Sleep,
+) -> RedriveReport:
+    """``cleanup-failures``: the failed stream batches in the payload bucket
+    (``delayq.stream_failures``); ``limit`` counts objects (batches)."""
+    settings.require("payload_bucket", "delay_queue_url")
+    _check_options(
+        RedriveSource.CLEANUP_FAILURES,
+        settings.payload_bucket,
+        limit=limit,
+        rate_per_second=rate_per_second,
+        hold_seconds=1,
+        wait_seconds=0,
+    )
+    bucket = (
+        None
+        if dry_run or rate_per_second is None
+        else TokenBucket(
+            rate_per_second, capacity=max(rate_per_second, SEND_CHUNK), clock=clock, sleep=sleep
+        )
+    )
+    outcome = requeue_failed_batches(
+        s3=services.s3,
+        bucket=settings.payload_bucket,
+        delay_queue=services.ingest.delay_queue,
+        backoff=services.backoff,
+        limit=limit,
+        pace=None if bucket is None else bucket.take,
+        dry_run=dry_run,
+        clock=clock,
+    )
+    report = RedriveReport(RedriveSource.CLEANUP_FAILURES, dry_run)
+    report.moved, report.failed = outcome.moved, outcome.failed
+    report.errors.extend(outcome.errors)
+    if bucket is not None:
+        report.waited_seconds = bucket.waited_seconds
+    return report
 
 
 class _UnusableMessageError(Exception):
@@ -410,21 +470,23 @@ class _Run:
     # --- destinations -----------------------------------------------------------------
 
     def requeue(self, ready: Sequence[tuple[SourceMessage, list[BodyEntry]]]) -> None:
-        """Back to the delay queue, delayed until due; deleted from the source after. The
-        entries travel as they came (a claim-check pointer stays a pointer)."""
+        """Back to the delay queue, delayed until due; deleted from the source after. Each
+        message starts afresh (its refused attempts and dead-letter reason dropped); a
+        claim-check pointer stays a pointer."""
         if not ready:
             return
         if not self.dry_run:
             queue = self.services.ingest.delay_queue
             now_ms = self.clock()
             try:
-                queue.send_encoded(
+                queue.send(
                     [
-                        (queue.delay_seconds(e.request.due_ms, now_ms), e.text)
+                        dataclasses.replace(e.request, attempts=0)
                         for _, entries in ready
                         for e in entries
                         if e.request is not None
                     ],
+                    now_ms,
                     self.deadline(),
                 )
             except DelayQueueError as e:

@@ -53,11 +53,12 @@ def sqs_queue(settings: Settings, url: str) -> SqsQueue:
     return SqsQueue(client("sqs", settings), url)
 
 
-def delay_queue(settings: Settings) -> DelayQueue:
-    """The delay queue adapter."""
+def delay_queue(settings: Settings, url: str | None = None) -> DelayQueue:
+    """The delay queue adapter (or, given its URL, the same bundling onto its dead-letter
+    queue)."""
     settings.require("delay_queue_url")
     return DelayQueue(
-        sqs_queue(settings, settings.delay_queue_url),
+        sqs_queue(settings, url or settings.delay_queue_url),
         settings.emit_lead_ms,
         bundle_max_bytes=settings.bundle_max_bytes,
         bundle_max_messages=settings.bundle_max_messages,
@@ -89,22 +90,22 @@ def ingest_services(settings: Settings) -> IngestServices:
 
 def cleanup_services(settings: Settings) -> CleanupServices:
     """What the TTL safety net uses (no reject queue: it has nothing to reject)."""
-    return CleanupServices(
-        store=message_store(settings),
-        delay_queue=delay_queue(settings),
-        payloads=payload_store(settings),
-    )
+    return CleanupServices(store=message_store(settings), delay_queue=delay_queue(settings))
 
 
 def emitter_services(settings: Settings) -> EmitterServices:
     """Everything the emitter uses, including the Kafka producer."""
-    settings.require("kafka_bootstrap")
+    settings.require("kafka_bootstrap", "delay_dlq_url")
     payloads = payload_store(settings)
     secrets = client("secretsmanager", settings) if settings.kafka_secret_arn else None
     return EmitterServices(
-        delivery=KafkaDelivery(make_producer(settings, secrets), settings.kafka_timeout_seconds),
+        delivery=KafkaDelivery(
+            lambda on_error: make_producer(settings, secrets, on_error),
+            settings.kafka_timeout_seconds,
+        ),
         store=message_store(settings),
-        delay_queue=sqs_queue(settings, settings.require("delay_queue_url").delay_queue_url),
+        delay_queue=delay_queue(settings),
+        dead_letters=delay_queue(settings, settings.delay_dlq_url),
         rejects=reject_queue(settings, payloads),
         payloads=payloads,
         stats=DeliveryStats(policy=FlushPolicy(max_messages=settings.stats_flush_messages)),

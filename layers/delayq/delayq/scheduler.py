@@ -6,6 +6,23 @@ sent, and, while the second after it is in progress, ``cursors``: for each of it
 shards, the sort key of the last message sent. Each run queues the seconds after the
 watermark up to now + look-ahead.
 
+The ingest guard. Before its first Query a run records its whole window on the watermark
+item (``reading``, a conditional write), and its Queries are strongly consistent. An ingest
+that stored a message then reads the item (strongly consistent): if the message's second is
+within a window a run may have read, ingest queues the message itself. Either the run's
+record came before ingest's read (ingest sees it and queues), or ingest's write completed
+before the run's Query (the run sees the message): no interleaving misses it, whatever the
+clocks or timeouts (``docs/internals.md``).
+
+Late seconds. TTL deletes a stored message from due + grace on. A second the run passes
+after that point (less a margin for clocks, ``buckets.late_cutoff``) may have lost messages
+to TTL before the run read them: its range is recorded on the watermark (``late``), and the
+cleanup function re-drives every TTL removal in it. Expired messages that TTL has not deleted
+yet are read and sent like the others: late, never dropped.
+
+No watermark, no run: ingest creates the item, at a second below every due-second it
+stores, before a stored message can be missed. A run that finds none has nothing to do.
+
 Reading. The window is read ``QUERY_CHUNK_SECONDS`` seconds at a time: the first Query page
 (``Settings.scheduler_page_items`` items) of every shard of those seconds, in parallel, so
 that catching up empty or light seconds costs one round trip per chunk. A second whose pages
@@ -79,6 +96,8 @@ class ScheduleResult:
     stopped_early: bool = False
     conflict: bool = False
     target_second: int = 0
+    # Due-seconds passed after TTL may have started deleting their messages (see above).
+    late_seconds: int = 0
 
     @property
     def lag_seconds(self) -> int:
@@ -98,21 +117,23 @@ def run_scheduler(
     look-ahead, recording progress as it goes."""
     now_ms = clock()
     mark = store.read_watermark(deadline)
-    # First run ever: nothing can be stored below now + horizon, so start just before now.
-    start = mark.second if mark is not None else buckets.due_second(now_ms) - 1
-    window = buckets.scheduling_window(start, now_ms, settings.lookahead_seconds)
-    before = None if mark is None else mark.second
+    if mark is None:
+        # Nothing was ever stored (ingest creates the watermark before anything stored can
+        # be missed): nothing to do.
+        return ScheduleResult()
+    window = buckets.scheduling_window(mark.second, now_ms, settings.lookahead_seconds)
     result = ScheduleResult(
-        watermark_before=before, watermark_after=before, target_second=window.stop - 1
+        watermark_before=mark.second, watermark_after=mark.second, target_second=window.stop - 1
     )
     run = _Run(settings, store, delay_queue, clock, deadline, result, mark, now_ms)
     try:
+        run.announce(window)
         run.schedule(window)
     except WatermarkConflictError:
         # Another run got ahead of us; it owns the window now. Nothing is lost: whatever we
         # sent is also the other run's to send (duplicates carry the same delay-id).
         result.conflict = True
-    result.watermark_after = None if run.mark is None else run.mark.second
+    result.watermark_after = run.mark.second
     return result
 
 
@@ -126,9 +147,16 @@ class _Run:
     clock: Clock
     deadline: Deadline
     result: ScheduleResult
-    mark: Watermark | None
+    mark: Watermark
     step_started_ms: int
     longest_step_ms: int = 0
+
+    def announce(self, window: range) -> None:
+        """Record the window on the watermark before reading any of it (the ingest guard)."""
+        last = window.stop - 1
+        reading = self.mark.reading if self.mark.reading is not None else self.mark.second
+        if last > reading:
+            self._write(self.mark.second, self.mark.cursors, reading=last)
 
     def schedule(self, window: range) -> None:
         """Send the window's seconds in order until done, out of time, or overtaken."""
@@ -139,7 +167,7 @@ class _Run:
             done = second
         self.result.stopped_early = done < self.result.target_second
         # Empty seconds are passed in one write at the end.
-        if self.mark is None or self.mark.second < done:
+        if self.mark.second < done:
             self._write(done, {})
 
     def _first_pages(self, window: range) -> Iterator[tuple[int, list[Page]]]:
@@ -159,14 +187,14 @@ class _Run:
     def _starts(self, second: int) -> list[tuple[str, str | None]]:
         """Where each shard of ``second`` is to be read from: after the recorded cursors
         when a run stopped inside it (finished shards are not listed), else from the top."""
-        if self.mark is not None and self.mark.cursors and second == self.mark.second + 1:
+        if self.mark.cursors and second == self.mark.second + 1:
             return list(self.mark.cursors.items())
         return [(pk, None) for pk in buckets.bucket_keys(second, self.settings.shards)]
 
     def _finish(self, second: int, pages: list[Page]) -> bool:
         """Send ``second`` from its first pages on, round by round, recording the cursors
         after each round that leaves more; True when the whole second is sent."""
-        resumed = self.mark is not None and bool(self.mark.cursors)
+        resumed = bool(self.mark.cursors)
         sent_before = self.result.sent
         while True:
             messages = [m for page in pages for m in page.messages]
@@ -191,9 +219,27 @@ class _Run:
             starts, self.settings.scheduler_page_items, self.clock(), self.deadline
         )
 
-    def _write(self, second: int, cursors: Mapping[str, str]) -> None:
+    def _write(
+        self, second: int, cursors: Mapping[str, str], *, reading: int | None = None
+    ) -> None:
+        """Record progress; seconds passed by this write that TTL may have reached first are
+        added to the late ranges."""
+        now_ms = self.clock()
+        late = self.mark.late
+        if second > self.mark.second:
+            grace = self.settings.ttl_grace_seconds
+            cutoff = buckets.late_cutoff(now_ms, grace)
+            late = buckets.add_late(
+                late,
+                self.mark.second + 1,
+                second,
+                cutoff=cutoff,
+                now_ms=now_ms,
+                ttl_grace_seconds=grace,
+            )
+            self.result.late_seconds += max(0, min(second, cutoff) - self.mark.second)
         self.mark = self.store.write_watermark(
-            self.mark, Watermark(second, cursors), self.clock(), self.deadline
+            self.mark, Watermark(second, cursors, reading=reading, late=late), now_ms, self.deadline
         )
 
     def _time_left(self) -> bool:

@@ -41,6 +41,10 @@ class Settings:
     kafka_secret_arn: str = ""
     kafka_ca_location: str = ""
     kafka_timeout_seconds: float = c.DEFAULT_KAFKA_TIMEOUT_SECONDS
+    ingest_timeout_seconds: int = c.DEFAULT_INGEST_TIMEOUT_SECONDS
+    delay_dlq_url: str = ""
+    delivery_max_attempts: int = c.DEFAULT_DELIVERY_MAX_ATTEMPTS
+    target_outage_max_seconds: int = c.DEFAULT_TARGET_OUTAGE_MAX_SECONDS
     stats_flush_messages: int = c.DEFAULT_STATS_FLUSH_MESSAGES
     scheduler_page_items: int = c.DEFAULT_SCHEDULER_PAGE_ITEMS
     bundle_max_bytes: int = c.DEFAULT_BUNDLE_MAX_BYTES
@@ -49,33 +53,69 @@ class Settings:
     _patterns: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        problems = [
+            *self._timing_problems(),
+            *self._batching_problems(),
+            *self._limit_problems(),
+            *_allow_list_problems(self.allowed_targets),
+            *self._kafka_problems(),
+        ]
+        if problems:
+            raise ConfigurationError("; ".join(problems))
+        object.__setattr__(self, "_patterns", tuple(p for p in self.allowed_targets if p))
+
+    def _timing_problems(self) -> list[str]:
         problems = []
         if not 1 <= self.horizon_seconds <= c.SQS_MAX_DELAY_SECONDS:
             problems.append(f"horizon_seconds must be 1..{c.SQS_MAX_DELAY_SECONDS}")
         if not 0 < self.lookahead_seconds < self.horizon_seconds:
             problems.append("lookahead_seconds must be > 0 and < horizon_seconds")
+        elif self.lookahead_seconds + self.ingest_timeout_seconds > self.horizon_seconds:
+            # An ingest that routed a message to the store has written it before the
+            # scheduler's window can reach its due-second (docs/internals.md, "ingest guard").
+            problems.append(
+                "lookahead_seconds + ingest_timeout_seconds must be <= horizon_seconds "
+                f"({self.lookahead_seconds} + {self.ingest_timeout_seconds} > "
+                f"{self.horizon_seconds})"
+            )
+        if self.ingest_timeout_seconds < 1:
+            problems.append("ingest_timeout_seconds must be >= 1")
         if self.tick_seconds <= 0:
             problems.append("tick_seconds must be > 0")
+        if self.emit_lead_ms < 0 or self.max_hold_ms < self.emit_lead_ms:
+            problems.append("emit_lead_ms must be >= 0 and <= max_hold_ms")
+        return problems
+
+    def _batching_problems(self) -> list[str]:
+        problems = []
         if self.stats_flush_messages < 1:
             problems.append("stats_flush_messages must be >= 1")
         if self.scheduler_page_items < 1:
             problems.append("scheduler_page_items must be >= 1")
         problems.extend(self._bundle_problems())
-        if self.shards < 1:
-            problems.append("shards must be >= 1")
+        if not 1 <= self.shards <= c.MAX_SHARDS:
+            problems.append(f"shards must be 1..{c.MAX_SHARDS}")
+        return problems
+
+    def _limit_problems(self) -> list[str]:
+        problems = []
         if self.max_delay_seconds < 1:
             problems.append("max_delay_seconds must be >= 1")
         if self.offload_threshold_bytes < 1 or self.max_payload_bytes < 1:
             problems.append("payload limits must be >= 1")
-        if self.emit_lead_ms < 0 or self.max_hold_ms < self.emit_lead_ms:
-            problems.append("emit_lead_ms must be >= 0 and <= max_hold_ms")
+        if self.delivery_max_attempts < 1:
+            problems.append("delivery_max_attempts must be >= 1")
+        if self.target_outage_max_seconds < 0:
+            problems.append("target_outage_max_seconds must be >= 0")
+        return problems
+
+    def _kafka_problems(self) -> list[str]:
+        problems = []
         if self.kafka_security not in KAFKA_SECURITY_MODES:
             problems.append(f"kafka_security must be one of {sorted(KAFKA_SECURITY_MODES)}")
         if self.kafka_security.startswith("SASL_SCRAM") and not self.kafka_secret_arn:
             problems.append("SASL/SCRAM needs kafka_secret_arn (a Secrets Manager secret)")
-        if problems:
-            raise ConfigurationError("; ".join(problems))
-        object.__setattr__(self, "_patterns", tuple(p for p in self.allowed_targets if p))
+        return problems
 
     def _bundle_problems(self) -> list[str]:
         problems = []
@@ -85,8 +125,19 @@ class Settings:
             problems.append(f"bundle_max_messages must be 1..{c.MAX_BUNDLE_ENTRIES}")
         return problems
 
+    @property
+    def kafka_max_message_bytes(self) -> int:
+        """The producer's ``message.max.bytes``: every record ingest accepts fits it."""
+        return max(
+            c.KAFKA_DEFAULT_MESSAGE_MAX_BYTES,
+            self.max_payload_bytes + c.KAFKA_RECORD_OVERHEAD_BYTES,
+        )
+
     def target_allowed(self, topic: str) -> bool:
-        """True when the topic matches the allow-list (exact names or fnmatch patterns)."""
+        """True when the topic matches the allow-list (exact names or fnmatch patterns) and is
+        not internal (``__*``): no allow-list opens Kafka's own topics."""
+        if topic.startswith(c.INTERNAL_TOPIC_PREFIX):
+            return False
         return any(fnmatchcase(topic, pattern) for pattern in self._patterns)
 
     def require(self, *names: str) -> Settings:
@@ -116,6 +167,23 @@ class Settings:
         return cls(**values)
 
 
+def _allow_list_problems(patterns: tuple[str, ...]) -> list[str]:
+    """Entries that would open more than the operator can have meant: a pattern starting with
+    a wildcard matches (nearly) every topic, and internal topics are never targets."""
+    problems = []
+    for pattern in patterns:
+        if not pattern:
+            continue
+        if pattern[0] in c.TOPIC_WILDCARDS:
+            problems.append(
+                f"allowed_targets entry {pattern!r} starts with a wildcard: it would allow "
+                "(nearly) every topic; start each pattern with a literal (orders.*)"
+            )
+        elif pattern.startswith(c.INTERNAL_TOPIC_PREFIX):
+            problems.append(f"allowed_targets entry {pattern!r} names internal topics (__*)")
+    return problems
+
+
 _ENV_OF = {
     "table_name": c.ENV_TABLE_NAME,
     "delay_queue_url": c.ENV_DELAY_QUEUE_URL,
@@ -138,6 +206,10 @@ _ENV_OF = {
     "kafka_secret_arn": c.ENV_KAFKA_SECRET_ARN,
     "kafka_ca_location": c.ENV_KAFKA_CA_LOCATION,
     "kafka_timeout_seconds": c.ENV_KAFKA_TIMEOUT_SECONDS,
+    "ingest_timeout_seconds": c.ENV_INGEST_TIMEOUT_SECONDS,
+    "delay_dlq_url": c.ENV_DELAY_DLQ_URL,
+    "delivery_max_attempts": c.ENV_DELIVERY_MAX_ATTEMPTS,
+    "target_outage_max_seconds": c.ENV_TARGET_OUTAGE_MAX_SECONDS,
     "stats_flush_messages": c.ENV_STATS_FLUSH_MESSAGES,
     "scheduler_page_items": c.ENV_SCHEDULER_PAGE_ITEMS,
     "bundle_max_bytes": c.ENV_BUNDLE_MAX_BYTES,

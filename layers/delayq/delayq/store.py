@@ -18,7 +18,7 @@ from botocore.exceptions import ClientError
 
 from delayq import buckets
 from delayq import constants as c
-from delayq.contract import DelayRequest, headers_from_json, headers_json
+from delayq.contract import CancelRequest, DelayRequest, headers_from_json, headers_json
 from delayq.exceptions import StoreError, WatermarkConflictError
 from delayq.retry import AWS_ERRORS, Backoff, Deadline, is_retryable, retry_call, retry_partial
 
@@ -39,6 +39,9 @@ class Page:
     last_key: str | None
 
 
+LateRanges = buckets.Ranges
+
+
 @dataclass(frozen=True)
 class Watermark:
     """The scheduler's progress (one item, see :meth:`MessageStore.write_watermark`).
@@ -47,11 +50,34 @@ class Watermark:
     ``second + 1``: empty when it has not started; otherwise its unfinished partitions, each
     with the last sort key sent (partitions not listed are finished). ``token`` is renewed by
     every write (None for an item written before tokens existed, or not written yet).
+
+    ``reading`` is the last due-second a scheduler run may have read: a run records its whole
+    window here before its first Query, so that an ingest that stored a message and then
+    reads this item knows whether a run may have missed it (``docs/internals.md``, "ingest
+    guard"). None for an item written before it existed.
+
+    ``late`` are the ranges of due-seconds the scheduler passed so late that DynamoDB's TTL
+    may already have deleted some of their messages before it read them (``buckets.
+    late_cutoff``): the cleanup function re-drives every TTL removal in them.
     """
 
     second: int
     cursors: Mapping[str, str] = field(default_factory=dict)
     token: str | None = None
+    reading: int | None = None
+    late: LateRanges = ()
+
+    @property
+    def guarded_through(self) -> int:
+        """The last due-second that a run may have read, or passed, already: a message stored
+        at or below it must be queued by whoever stored it."""
+        in_progress = self.second + 1 if self.cursors else self.second
+        return max(in_progress, self.reading if self.reading is not None else in_progress)
+
+    def scheduled(self, second: int) -> bool:
+        """Whether every message of ``second`` that still existed when it was read has been
+        sent, and none can have been deleted by TTL before that read."""
+        return second <= self.second and not any(a <= second <= b for a, b in self.late)
 
 
 def message_item(request: DelayRequest, shards: int, ttl_grace_seconds: int) -> Item:
@@ -73,6 +99,10 @@ def message_item(request: DelayRequest, shards: int, ttl_grace_seconds: int) -> 
         "size": {"N": str(request.size)},
         c.ATTR_TTL: {"N": str(buckets.expires_at(request.due_ms, ttl_grace_seconds))},
     }
+    if request.ts_ms:
+        item[c.ATTR_TS] = {"N": str(request.ts_ms)}
+    if request.offloaded_bytes:
+        item[c.ATTR_OFFLOADED_BYTES] = {"N": str(request.offloaded_bytes)}
     if request.headers:
         item["headers"] = {"S": headers_json(request.headers)}
     if request.src != request.delay_id:
@@ -99,6 +129,10 @@ def request_from_item(item: Item) -> DelayRequest:
         headers=headers_from_json(item["headers"]["S"]) if "headers" in item else (),
         src=item["src"]["S"] if "src" in item else delay_id,
         payload_ref=item.get("payload_ref", {}).get("S"),
+        ts_ms=int(item[c.ATTR_TS]["N"]) if c.ATTR_TS in item else 0,
+        offloaded_bytes=(
+            int(item[c.ATTR_OFFLOADED_BYTES]["N"]) if c.ATTR_OFFLOADED_BYTES in item else 0
+        ),
     )
 
 
@@ -137,12 +171,39 @@ def _binary(attr: dict[str, Any] | None) -> bytes | None:
     return bytes(raw)
 
 
+def _condition_failed(error: StoreError) -> bool:
+    """Whether a translated error is DynamoDB refusing a conditional write."""
+    cause = error.__cause__
+    return isinstance(cause, ClientError) and (
+        cause.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
+    )
+
+
 def cancel_key(delay_id: str, shards: int) -> Item:
     """The key of a cancel marker."""
     return {
         c.ATTR_PK: {"S": f"{c.CANCEL_PK_PREFIX}{buckets.shard_of(delay_id, shards)}"},
         c.ATTR_SK: {"S": delay_id},
     }
+
+
+def _position(src: str) -> tuple[str, int] | None:
+    """``(topic-partition, offset)`` of a ``topic-partition-offset`` source, else None."""
+    head, _, offset = src.rpartition("-")
+    return (head, int(offset)) if head and offset.isdigit() else None
+
+
+def cancel_covers(cancel_ts: int, cancel_src: str, request: DelayRequest) -> bool:
+    """Whether a cancel (its record's timestamp and coordinates) applies to ``request``: the
+    message's record was written before the cancel's. Timestamps decide; on the same
+    millisecond, offsets on the same partition decide, and across partitions the cancel wins.
+    A message of unknown time (``ts_ms`` 0: queued before times travelled) is covered."""
+    if request.ts_ms != cancel_ts:
+        return request.ts_ms < cancel_ts
+    mine, theirs = _position(request.src), _position(cancel_src)
+    if mine is None or theirs is None or mine[0] != theirs[0]:
+        return True
+    return mine[1] < theirs[1]
 
 
 def _chunks(items: Sequence[T], size: int) -> Iterable[list[T]]:
@@ -181,19 +242,67 @@ class MessageStore:
         items = [message_item(r, self._shards, self._ttl_grace) for r in requests]
         self._batch_write("store messages", items, deadline)
 
-    def put_cancels(self, delay_ids: Sequence[str], now_ms: int, deadline: Deadline) -> None:
-        """Write cancel markers; they outlive any message they can cancel."""
-        expires = now_ms // 1000 + self._max_delay + self._ttl_grace
-        items = [
-            {
-                **cancel_key(i, self._shards),
-                "kind": {"S": c.KIND_CANCEL},
-                "cancelled_ms": {"N": str(now_ms)},
-                c.ATTR_TTL: {"N": str(expires)},
-            }
-            for i in delay_ids
+    def put_cancels(
+        self, cancels: Sequence[CancelRequest], now_ms: int, deadline: Deadline
+    ) -> None:
+        """Record cancels: one marker per id holding the latest cancel (its record's
+        timestamp and coordinates), so that it applies to the messages written before it and
+        not to a later message that reuses the id (:func:`cancel_covers`).
+
+        A marker outlives every message it can cancel: the longest delay, the TTL grace, and
+        the longest a message may then wait in a dead-letter queue before a redrive.
+        Conditional writes keep the latest cancel whatever order cancels are processed in
+        (they may come from different partitions); cancels are rare, so one UpdateItem each,
+        in parallel, costs nothing the other messages pay.
+        """
+        latest: dict[str, CancelRequest] = {}
+        for cancel in cancels:
+            kept = latest.get(cancel.delay_id)
+            if kept is None or cancel.ts_ms >= kept.ts_ms:
+                latest[cancel.delay_id] = cancel
+        expires = now_ms // 1000 + self._max_delay + self._ttl_grace + c.SQS_MAX_RETENTION_SECONDS
+        futures = [
+            self._pool.submit(self._put_cancel, cancel, now_ms, expires, deadline)
+            for cancel in latest.values()
         ]
-        self._batch_write("store cancel markers", items, deadline)
+        errors = [f.exception() for f in futures]
+        first = next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise first
+
+    def _put_cancel(
+        self, cancel: CancelRequest, now_ms: int, expires: int, deadline: Deadline
+    ) -> None:
+        try:
+            self._call(
+                "store cancel marker",
+                lambda: self._client.update_item(
+                    TableName=self._table,
+                    Key=cancel_key(cancel.delay_id, self._shards),
+                    UpdateExpression=(
+                        "SET kind = :kind, #cts = :ts, #csrc = :src, cancelled_ms = :now,"
+                        " #ttl = :expires"
+                    ),
+                    ConditionExpression="attribute_not_exists(#cts) OR #cts <= :ts",
+                    ExpressionAttributeNames={
+                        "#cts": c.ATTR_CANCEL_TS,
+                        "#csrc": c.ATTR_CANCEL_SRC,
+                        "#ttl": c.ATTR_TTL,
+                    },
+                    ExpressionAttributeValues={
+                        ":kind": {"S": c.KIND_CANCEL},
+                        ":ts": {"N": str(cancel.ts_ms)},
+                        ":src": {"S": cancel.src},
+                        ":now": {"N": str(now_ms)},
+                        ":expires": {"N": str(expires)},
+                    },
+                ),
+                deadline,
+            )
+        except StoreError as e:
+            # A later cancel of this id is already recorded: it covers everything this one does.
+            if not _condition_failed(e):
+                raise
 
     def put_item(self, item: Item, deadline: Deadline) -> None:
         """One plain PutItem (stats items)."""
@@ -235,23 +344,19 @@ class MessageStore:
         items (and at most 1 MB), so memory holds ``len(starts)`` pages whatever a partition's
         size.
 
-        TTL deletion runs late, so expired items may still be there: they are filtered out
-        (a page may then hold fewer than ``limit`` messages and still have more after it).
+        Reads are strongly consistent: a message whose write completed before the Query is
+        in its answer (the ingest guard depends on it, ``docs/internals.md``). Expired items
+        that TTL has not deleted yet are returned like the others: whatever the scheduler has
+        not passed was never sent, so it is sent late rather than dropped.
         """
-        now_s = now_ms // 1000
-        return list(
-            self._pool.map(lambda s: self._query_page(s[0], s[1], limit, now_s, deadline), starts)
-        )
+        return list(self._pool.map(lambda s: self._query_page(s[0], s[1], limit, deadline), starts))
 
-    def _query_page(
-        self, pk: str, after: str | None, limit: int, now_s: int, deadline: Deadline
-    ) -> Page:
+    def _query_page(self, pk: str, after: str | None, limit: int, deadline: Deadline) -> Page:
         kwargs: dict[str, Any] = {
             "TableName": self._table,
             "KeyConditionExpression": "pk = :pk",
-            "FilterExpression": "#ttl > :now",
-            "ExpressionAttributeNames": {"#ttl": c.ATTR_TTL},
-            "ExpressionAttributeValues": {":pk": {"S": pk}, ":now": {"N": str(now_s)}},
+            "ExpressionAttributeValues": {":pk": {"S": pk}},
+            "ConsistentRead": True,
             "Limit": limit,
         }
         if after is not None:
@@ -264,10 +369,14 @@ class MessageStore:
             last[c.ATTR_SK]["S"] if last else None,
         )
 
-    def cancelled(self, delay_ids: Iterable[str], deadline: Deadline) -> set[str]:
-        """The ids among ``delay_ids`` that have a cancel marker (BatchGetItem, 100 a call)."""
+    def cancels(self, delay_ids: Iterable[str], deadline: Deadline) -> dict[str, tuple[int, str]]:
+        """The latest cancel of each id that has one: ``id -> (timestamp, coordinates)``.
+
+        Strongly consistent BatchGetItem, 100 keys a call: a cancel whose write completed
+        before this read is seen (the cancel guarantee rests on it).
+        """
         wanted = sorted(set(delay_ids))
-        found: set[str] = set()
+        found: dict[str, tuple[int, str]] = {}
         for chunk in _chunks(wanted, c.DYNAMODB_BATCH_GET_KEYS):
             keys = [cancel_key(i, self._shards) for i in chunk]
 
@@ -275,17 +384,36 @@ class MessageStore:
                 response = self._call(
                     "read cancel markers",
                     lambda: self._client.batch_get_item(
-                        RequestItems={self._table: {"Keys": pending, "ProjectionExpression": "sk"}}
+                        RequestItems={
+                            self._table: {
+                                "Keys": pending,
+                                "ConsistentRead": True,
+                                "ProjectionExpression": "sk, #cts, #csrc",
+                                "ExpressionAttributeNames": {
+                                    "#cts": c.ATTR_CANCEL_TS,
+                                    "#csrc": c.ATTR_CANCEL_SRC,
+                                },
+                            }
+                        }
                     ),
                     deadline,
                 )
-                found.update(i[c.ATTR_SK]["S"] for i in response["Responses"].get(self._table, []))
+                for item in response["Responses"].get(self._table, []):
+                    # A marker written before cancels carried times cancels every message.
+                    ts = int(item[c.ATTR_CANCEL_TS]["N"]) if c.ATTR_CANCEL_TS in item else 2**62
+                    found[item[c.ATTR_SK]["S"]] = (ts, item.get(c.ATTR_CANCEL_SRC, {}).get("S", ""))
                 return list(
                     response.get("UnprocessedKeys", {}).get(self._table, {}).get("Keys", [])
                 )
 
             retry_partial("read cancel markers", get, keys, self._backoff, deadline)
         return found
+
+    def cancelled(self, requests: Sequence[DelayRequest], deadline: Deadline) -> list[bool]:
+        """For each request, whether a cancel applies to it (:func:`cancel_covers`): two
+        messages with one id may differ, when the id was cancelled between them."""
+        markers = self.cancels([r.delay_id for r in requests], deadline)
+        return [r.delay_id in markers and cancel_covers(*markers[r.delay_id], r) for r in requests]
 
     # --- the watermark -------------------------------------------------------------------
 
@@ -313,21 +441,22 @@ class MessageStore:
             if buckets.parse_bucket_key(pk)[0] == second + 1
         }
         token = item.get(c.ATTR_WATERMARK_TOKEN, {}).get("S")
-        return Watermark(second, cursors, token)
-
-    def get_watermark(self, deadline: Deadline) -> int | None:
-        """The last due-second fully scheduled, or None before the first run."""
-        mark = self.read_watermark(deadline)
-        return None if mark is None else mark.second
-
-    def advance_watermark(
-        self, old: int | None, new: int, now_ms: int, deadline: Deadline
-    ) -> Watermark:
-        """Move the watermark from ``old`` to ``new`` (no progress inside ``new + 1``) only if
-        nobody else moved it first."""
-        return self.write_watermark(
-            None if old is None else Watermark(old), Watermark(new), now_ms, deadline
+        reading = item.get(c.ATTR_WATERMARK_READING, {}).get("N")
+        late = item.get(c.ATTR_WATERMARK_LATE, {}).get("S", "")
+        return Watermark(
+            second,
+            cursors,
+            token,
+            None if reading is None else int(reading),
+            buckets.parse_ranges(late),
         )
+
+    def create_watermark(self, second: int, now_ms: int, deadline: Deadline) -> Watermark:
+        """Write the first progress item: nothing is scheduled up to ``second``, nothing read
+        beyond it. Ingest creates it before any stored message can be missed, at a second
+        below every due-second it stores (``docs/internals.md``). Raises
+        :class:`WatermarkConflictError` when it exists already."""
+        return self.write_watermark(None, Watermark(second, reading=second), now_ms, deadline)
 
     def write_watermark(
         self, old: Watermark | None, new: Watermark, now_ms: int, deadline: Deadline
@@ -346,6 +475,9 @@ class MessageStore:
           another run recorded in between mark messages this run sent too. (Also the rule for
           an item written before tokens existed.)
 
+        ``new.reading`` is written when it is not None (a run records its window before
+        reading it); otherwise the stored one is kept. ``new.late`` replaces the stored ranges.
+
         Raises :class:`WatermarkConflictError` when the condition fails.
         """
         values: Item = {
@@ -354,7 +486,20 @@ class MessageStore:
             ":token": {"S": uuid.uuid4().hex},
             ":now": {"N": str(now_ms)},
             ":kind": {"S": c.KIND_WATERMARK},
+            ":late": {"S": buckets.format_ranges(new.late)},
         }
+        update = "SET #s = :second, #c = :cursors, #t = :token, updated_ms = :now, kind = :kind"
+        update += ", #l = :late"
+        names = {
+            "#s": c.ATTR_WATERMARK_SECOND,
+            "#c": c.ATTR_WATERMARK_CURSORS,
+            "#t": c.ATTR_WATERMARK_TOKEN,
+            "#l": c.ATTR_WATERMARK_LATE,
+        }
+        if new.reading is not None:
+            update += ", #r = :reading"
+            names["#r"] = c.ATTR_WATERMARK_READING
+            values[":reading"] = {"N": str(new.reading)}
         if old is None:
             condition = "attribute_not_exists(pk)"
         elif old.token is not None and new.second == old.second:
@@ -369,30 +514,24 @@ class MessageStore:
                 lambda: self._client.update_item(
                     TableName=self._table,
                     Key=_WATERMARK_KEY,
-                    UpdateExpression=(
-                        "SET #s = :second, #c = :cursors, #t = :token, updated_ms = :now,"
-                        " kind = :kind"
-                    ),
+                    UpdateExpression=update,
                     ConditionExpression=condition,
-                    ExpressionAttributeNames={
-                        "#s": c.ATTR_WATERMARK_SECOND,
-                        "#c": c.ATTR_WATERMARK_CURSORS,
-                        "#t": c.ATTR_WATERMARK_TOKEN,
-                    },
+                    ExpressionAttributeNames=names,
                     ExpressionAttributeValues=values,
                 ),
                 deadline,
             )
         except StoreError as e:
-            if isinstance(e.__cause__, ClientError) and (
-                e.__cause__.response["Error"]["Code"] == "ConditionalCheckFailedException"
-            ):
+            if _condition_failed(e):
                 was = "none" if old is None else old.second
                 raise WatermarkConflictError(
-                    f"watermark is no longer {was} as read: another scheduler wrote it"
+                    f"watermark is no longer {was} as read: another writer changed it"
                 ) from e.__cause__
             raise
-        return Watermark(new.second, dict(new.cursors), values[":token"]["S"])
+        reading = new.reading if new.reading is not None else (old.reading if old else None)
+        return Watermark(
+            new.second, dict(new.cursors), values[":token"]["S"], reading, tuple(new.late)
+        )
 
     def _call(self, operation: str, call: Callable[[], T], deadline: Deadline) -> T:
         try:

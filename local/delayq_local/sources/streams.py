@@ -5,7 +5,10 @@ event shape (binary attributes base64, creation time in epoch seconds, `eventSou
 through the template's `FilterCriteria` (records that do not match are dropped, as Lambda does),
 and delivered in order, `BatchSize` at a time. A failing batch is retried, bisected when
 `BisectBatchOnFunctionError` is set, and after `MaximumRetryAttempts` or
-`MaximumRecordAgeInSeconds` it is described to the on-failure destination (SQS) and skipped.
+`MaximumRecordAgeInSeconds` it goes to the on-failure destination and is skipped: an SQS queue
+gets the batch's metadata only; an S3 bucket gets the metadata and the whole invocation record
+(`payload`), under `aws/lambda/<mapping id>/<shard>/YYYY/MM/DD/<time>-<uuid>`, as Lambda
+writes it.
 With `ReportBatchItemFailures` the retry starts at the first failed record.
 
 `inject()` adds records that did not come from the stream API (the TTL emulator's removals).
@@ -20,6 +23,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -56,6 +60,8 @@ class StreamEventSource(EventSource):
         retry_backoff_seconds: float = 0.5,
         sqs: Any = None,
         on_failure_queue_url: str | None = None,
+        s3: Any = None,
+        on_failure_bucket: str | None = None,
     ) -> None:
         super().__init__(f"{function.name}:{spec.name}", function)
         self.spec = spec
@@ -65,6 +71,9 @@ class StreamEventSource(EventSource):
         self._retry_backoff = retry_backoff_seconds
         self._sqs = sqs
         self._on_failure_queue_url = on_failure_queue_url
+        self._s3 = s3
+        self._on_failure_bucket = on_failure_bucket
+        self.mapping_id = str(uuid.uuid4())
         self._iterators: dict[str, str | None] = {}
         self._pending: collections.deque[_Pending] = collections.deque()
         self._injected: collections.deque[dict[str, Any]] = collections.deque()
@@ -191,7 +200,9 @@ class StreamEventSource(EventSource):
     ) -> None:
         self.stats.add("skipped_batches")
         self.stats.add("skipped_records", len(batch))
-        if not self._on_failure_queue_url or self._sqs is None:
+        has_queue = bool(self._on_failure_queue_url) and self._sqs is not None
+        has_bucket = bool(self._on_failure_bucket) and self._s3 is not None
+        if not (has_queue or has_bucket):
             log.error(
                 "%s: %d records skipped (%s), no on-failure destination",
                 self.name,
@@ -201,7 +212,8 @@ class StreamEventSource(EventSource):
             return
         first, last = batch[0].record["dynamodb"], batch[-1].record["dynamodb"]
         error_type, message = invocation.describe_error()
-        body = {
+        shard = next(iter(self._iterators), "")
+        body: dict[str, Any] = {
             "version": "1.0",
             "timestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             "requestContext": {
@@ -216,7 +228,7 @@ class StreamEventSource(EventSource):
                 "functionError": "Unhandled" if error_type else "",
             },
             "DDBStreamBatchInfo": {
-                "shardId": next(iter(self._iterators), ""),
+                "shardId": shard,
                 "startSequenceNumber": first["SequenceNumber"],
                 "endSequenceNumber": last["SequenceNumber"],
                 "approximateArrivalOfFirstRecord": _iso(first.get("ApproximateCreationDateTime")),
@@ -227,7 +239,18 @@ class StreamEventSource(EventSource):
         }
         if message:
             body["responsePayload"] = {"errorType": error_type, "errorMessage": message}
-        self._sqs.send_message(QueueUrl=self._on_failure_queue_url, MessageBody=json.dumps(body))
+        if has_bucket:
+            body["payload"] = {"Records": [p.record for p in batch]}
+            now = datetime.now(UTC)
+            key = (
+                f"aws/lambda/{self.mapping_id}/{shard or 'shard'}/{now:%Y/%m/%d}/"
+                f"{now:%Y-%m-%dT%H.%M.%S}-{uuid.uuid4()}"
+            )
+            self._s3.put_object(Bucket=self._on_failure_bucket, Key=key, Body=json.dumps(body))
+        else:
+            self._sqs.send_message(
+                QueueUrl=self._on_failure_queue_url, MessageBody=json.dumps(body)
+            )
 
 
 def _iso(epoch: Any) -> str:
