@@ -33,7 +33,6 @@ EXPECTED_RESOURCES = {
     "TickDeadLetterQueue": "AWS::SQS::Queue",
     "RejectQueue": "AWS::SQS::Queue",
     "TimerDeadLetterQueue": "AWS::SQS::Queue",
-    "CleanupFailureQueue": "AWS::SQS::Queue",
     "PayloadBucket": "AWS::S3::Bucket",
     "AnalyticsBucket": "AWS::S3::Bucket",
 }
@@ -241,7 +240,7 @@ def test_the_real_template_provisions_and_wires_every_function(
         path, attribute = spec.handler_location(PROJECT_ROOT)
         assert path.is_file(), path
         assert attribute == "handler"
-        assert spec.environment["DELAYQ_HORIZON_SECONDS"] == "900"  # from Globals
+        assert spec.environment["DELAYQ_LOOKAHEAD_SECONDS"] == "840"  # from Globals
     created = set(deployment.resources)
     assert created == {k for k, r in template.resources.items() if r["Type"] in CREATED_TYPES}
     assert "invokes no function" in deployment.skipped["DailyExportSchedule"]
