@@ -78,6 +78,8 @@ class DemoReport:
     # Seen by the target consumer before due: early in true time (this process's clock), which
     # `early` (the emitter's clock) cannot show when the emitter's clock is ahead.
     early_received: int = 0
+    # Deliveries that were not their message's first attempt (`delay-attempt` above 1).
+    retried: int = 0
 
     @property
     def ok(self) -> bool:
@@ -136,6 +138,7 @@ class DemoReport:
             lost_ids=tuple(lost[:20]),
             extra=dict(extra or {}),
             early_received=sum(1 for d in deliveries if d.received_ms < d.due_ms),
+            retried=sum(1 for d in deliveries if d.attempt > 1),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -157,7 +160,8 @@ class DemoReport:
         late = self.lateness_ms
         return [
             f"expected   {self.expected}",
-            f"delivered  {self.delivered}   lost {self.lost}   duplicates {self.duplicates}",
+            f"delivered  {self.delivered}   lost {self.lost}   duplicates {self.duplicates}"
+            f"   retried {self.retried}",
             f"early      {self.early}   (seen before due by the consumer: {self.early_received})",
             f"cancelled  {self.cancelled}   honoured {self.cancelled_honoured}",
             f"rejected   {self.rejected} of {self.rejected_expected} invalid records"

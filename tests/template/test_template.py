@@ -40,6 +40,10 @@ FUNCTION_VARIABLES = {
         c.ENV_MAX_PAYLOAD_BYTES: {"Ref": "MaxPayloadBytes"},
         c.ENV_OFFLOAD_THRESHOLD_BYTES: {"Ref": "OffloadThresholdBytes"},
         c.ENV_INGEST_TIMEOUT_SECONDS: "60",
+        c.ENV_DIRECT_WINDOW_MS: {"Ref": "DirectWindowMs"},
+        c.ENV_KAFKA_BOOTSTRAP: {"Ref": "KafkaBootstrapServers"},
+        c.ENV_KAFKA_SECURITY: {"Ref": "KafkaSecurity"},
+        c.ENV_KAFKA_SECRET_ARN: {"Fn::If": ["UsesScram", {"Ref": "KafkaSecretArn"}, ""]},
     },
     "TimerFunction": {
         c.ENV_TICK_QUEUE_URL: {"Ref": "TickQueue"},
@@ -78,6 +82,7 @@ GLOBAL_SETTINGS = {
 
 # Parameter defaults that must equal the code's defaults (delayq.constants).
 PARAMETER_DEFAULTS = {
+    "DirectWindowMs": c.DEFAULT_DIRECT_WINDOW_MS,
     "LookaheadSeconds": c.DEFAULT_LOOKAHEAD_SECONDS,
     "TickSeconds": c.DEFAULT_TICK_SECONDS,
     "Shards": c.DEFAULT_SHARDS,

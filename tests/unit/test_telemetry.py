@@ -15,8 +15,9 @@ from aws_lambda_powertools import Logger, Metrics
 from delayq import telemetry
 from delayq.cleanup import Outcome
 from delayq.contract import Reason, Rejection
-from delayq.emitter import Delivery, EmitResult
+from delayq.emitter import EmitResult
 from delayq.ingest import IngestResult
+from delayq.producing import Delivery
 from delayq.scheduler import ScheduleResult
 from tests.factories import NOW_MS, ROOT
 

@@ -34,6 +34,7 @@ ENV_INGEST_TIMEOUT_SECONDS: Final = "DELAYQ_INGEST_TIMEOUT_SECONDS"
 ENV_DELAY_DLQ_URL: Final = "DELAYQ_DELAY_DLQ_URL"
 ENV_DELIVERY_MAX_ATTEMPTS: Final = "DELAYQ_DELIVERY_MAX_ATTEMPTS"
 ENV_TARGET_OUTAGE_MAX_SECONDS: Final = "DELAYQ_TARGET_OUTAGE_MAX_SECONDS"
+ENV_DIRECT_WINDOW_MS: Final = "DELAYQ_DIRECT_WINDOW_MS"
 ENV_AWS_REGION: Final = "AWS_REGION"
 
 # Topics no allow-list can open: Kafka's internal topics (__consumer_offsets,
@@ -78,6 +79,12 @@ DEFAULT_DELIVERY_MAX_ATTEMPTS: Final = 5
 # up a message's attempts: it is retried, with back-off, until this long after its due time,
 # then dead-lettered with reason target-unavailable.
 DEFAULT_TARGET_OUTAGE_MAX_SECONDS: Final = 24 * 3600
+# Messages due within this many milliseconds of ingest (or already due) are produced by ingest
+# itself, held to their due time, instead of waiting for the emitter's poll (delayq.direct).
+# 0: every message goes through the delay queue.
+DEFAULT_DIRECT_WINDOW_MS: Final = 2000
+# The direct window may not exceed this: ingest holds its batch that long at most.
+MAX_DIRECT_WINDOW_MS: Final = 10_000
 # Write the delivery statistics once this many deliveries are buffered (or the minute is over):
 # at most 0.1 extra writes per delivered message.
 DEFAULT_STATS_FLUSH_MESSAGES: Final = 10

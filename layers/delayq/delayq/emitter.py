@@ -29,7 +29,6 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from delayq import buckets
@@ -42,7 +41,6 @@ from delayq.contract import (
     Rejection,
     dead_letter_text,
     decode_body,
-    delivery_headers,
 )
 from delayq.exceptions import (
     DelayQueueError,
@@ -51,8 +49,9 @@ from delayq.exceptions import (
     PayloadMissingError,
     PayloadStoreError,
 )
-from delayq.kafka import NO_REPORT, Failure, KafkaDelivery, OutRecord, Undelivered
+from delayq.kafka import Failure, KafkaDelivery, Undelivered
 from delayq.payloads import PayloadStore
+from delayq.producing import Delivery, produce_at_due, record_deliveries
 from delayq.queues import DelayQueue, QueueEntry, RejectQueue
 from delayq.retry import Deadline
 from delayq.settings import Settings
@@ -87,22 +86,6 @@ def messages_from_event(event: Any) -> list[QueuedMessage]:
         ]
     except (KeyError, TypeError, ValueError) as e:
         raise MalformedEventError(f"not an SQS event record: {e}") from e
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """One acknowledged emission (for lateness statistics and the delivery log)."""
-
-    target: str
-    due_ms: int
-    emitted_ms: int
-    delay_id: str = ""
-    attempt: int = 1
-
-    @property
-    def lateness_ms(self) -> int:
-        """Emit time minus due time (never negative unless something is broken)."""
-        return self.emitted_ms - self.due_ms
 
 
 @dataclass
@@ -212,6 +195,15 @@ class _Fetches:
         finally:
             self._in_flight -= self._size(index)
             self._fill(index + 1)
+
+    def load(self, index: int) -> DelayRequest | Undelivered:
+        """:meth:`take`, with what went wrong as a failure class (for ``produce_at_due``)."""
+        try:
+            return self.take(index)
+        except PayloadMissingError as e:
+            return Undelivered(Failure.PAYLOAD_MISSING, str(e))
+        except DelayQueueError as e:
+            return Undelivered(Failure.UNAVAILABLE, f"payload not read: {e}")
 
     def _fill(self, needed: int) -> None:
         while self._next < len(self._items):
@@ -366,8 +358,7 @@ class _EmitRun:
 
     def produce_at_due(self, items: list[_DelayMessage]) -> None:
         """Produce each message at its due time (earliest first), its offloaded value fetched
-        just ahead of it, then check every report. Production stops while there is still
-        time to flush and to put back what was not produced."""
+        just ahead of it, then check every report (``delayq.producing``)."""
         if not items:
             return
         items.sort(key=lambda item: item.request.due_ms)
@@ -378,49 +369,39 @@ class _EmitRun:
             self.settings.max_payload_bytes,
             self.deadline,
         )
-        reserve = self.settings.kafka_timeout_seconds + c.EMIT_RESERVE_SECONDS
-        produced: list[tuple[_DelayMessage, int]] = []
-        outcomes: list[Undelivered | None] = []
         try:
-            for index, item in enumerate(items):
-                wait_seconds = max(0, item.request.due_ms - self.clock()) / 1000
-                if self.deadline.remaining_seconds() - wait_seconds < reserve:
-                    self.put_back(items[index:])
-                    break
-                try:
-                    loaded = fetches.take(index)
-                except PayloadMissingError as e:
-                    self.fail(item, Undelivered(Failure.PAYLOAD_MISSING, str(e)))
-                    continue
-                except DelayQueueError as e:
-                    self.fail(item, Undelivered(Failure.UNAVAILABLE, f"payload not read: {e}"))
-                    continue
-                now = self.wait_until(loaded.due_ms)
-                attempt = loaded.attempts + item.message.receive_count
-                record = OutRecord(
-                    loaded.target,
-                    loaded.key,
-                    loaded.value,
-                    delivery_headers(loaded, now, attempt),
-                )
-                outcomes.append(NO_REPORT)
-                produced.append((item, now))
-                self.services.delivery.produce(
-                    record, partial(outcomes.__setitem__, len(outcomes) - 1)
-                )
+            run = produce_at_due(
+                items,
+                due_of=lambda item: item.request.due_ms,
+                load=fetches.load,
+                attempt_of=lambda item, r: r.attempts + item.message.receive_count,
+                delivery=self.services.delivery,
+                clock=self.clock,
+                sleep=self.sleep,
+                deadline=self.deadline,
+                reserve_seconds=self.settings.kafka_timeout_seconds + c.EMIT_RESERVE_SECONDS,
+            )
         finally:
             fetches.close()
-        if produced:
-            self.services.delivery.flush()
-        for (item, emitted), outcome in zip(produced, outcomes, strict=True):
-            if outcome is not None:
-                self.fail(item, outcome)
+        for item, failure in run.unloaded:
+            self.fail(item, failure)
+        if run.left:
+            self.put_back(run.left)
+        for produced in run.produced:
+            item = produced.item
+            if produced.outcome is not None:
+                self.fail(item, produced.outcome)
                 continue
             request = item.request
             self.states[item.message.message_id].settled += 1
-            attempt = request.attempts + item.message.receive_count
             self.result.deliveries.append(
-                Delivery(request.target, request.due_ms, emitted, request.delay_id, attempt)
+                Delivery(
+                    request.target,
+                    request.due_ms,
+                    produced.emitted_ms,
+                    request.delay_id,
+                    produced.attempt,
+                )
             )
 
     def put_back(self, items: Sequence[_DelayMessage]) -> None:
@@ -432,12 +413,6 @@ class _EmitRun:
             f"{len(items)} message(s) not produced before the deadline: "
             "sent back to the delay queue"
         )
-
-    def wait_until(self, due_ms: int) -> int:
-        """Sleep until ``due_ms`` on this function's clock; returns the time reached."""
-        while (now := self.clock()) < due_ms:
-            self.sleep(max(due_ms - now, 1) / 1000)
-        return now
 
     def fail(self, item: _DelayMessage, failure: Undelivered) -> None:
         """One delay message was not delivered: retried or dead-lettered (``settlement``)."""
@@ -506,14 +481,13 @@ class _EmitRun:
         self.result.failed.append(message.message_id)
 
     def record_stats(self) -> None:
-        """Count deliveries into the container's statistics; write what the flush policy says
-        is due (about one item per container-minute). A failed write loses statistics, never
-        messages, and is reported."""
-        stats = self.services.stats
-        for d in self.result.deliveries:
-            stats.add(d.target, d.due_ms, d.emitted_ms)
-        for item in stats.flush(self.clock()):
-            try:
-                self.services.store.put_item(item, self.deadline)
-            except DelayQueueError as e:
-                self.result.errors.append(f"statistics not written: {e}")
+        """Count deliveries into the container's statistics (``producing.record_deliveries``)."""
+        self.result.errors.extend(
+            record_deliveries(
+                self.services.stats,
+                self.result.deliveries,
+                self.services.store,
+                self.clock(),
+                self.deadline,
+            )
+        )

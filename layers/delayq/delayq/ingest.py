@@ -1,5 +1,6 @@
-"""Ingest: a Kafka batch from the delay topic -> SQS (due soon), DynamoDB (due later),
-cancel markers, and the reject queue. Valid records are never dropped: if one cannot be
+"""Ingest: a Kafka batch from the delay topic -> the target topic itself (due within the direct
+window, ``delayq.direct``), SQS (due soon), DynamoDB (due later), cancel markers, and the reject
+queue. Valid records are never dropped: if one cannot be
 stored after retries, the invocation fails and the event source redelivers the batch
 (re-storing is idempotent: same id, same due, same item; due-soon messages are queued again,
 a duplicate with the same ``delay-id``).
@@ -12,13 +13,14 @@ back: nothing is lost, and the template alarms on it."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from delayq import buckets
 from delayq import constants as c
-from delayq.clock import Clock
+from delayq.clock import Clock, Sleep
 from delayq.contract import (
     CancelRequest,
     DelayRequest,
@@ -30,8 +32,10 @@ from delayq.contract import (
     parse_record,
     rejection_of,
 )
+from delayq.direct import DirectServices, deliver_direct, is_direct
 from delayq.exceptions import WatermarkConflictError
 from delayq.payloads import PayloadStore
+from delayq.producing import Delivery
 from delayq.queues import DelayQueue, RejectQueue
 from delayq.retry import Deadline
 from delayq.settings import Settings
@@ -48,16 +52,23 @@ class IngestResult:
     offloaded: int = 0
     rescued: int = 0  # stored below a watermark that moved meanwhile, so also queued
     rejected: list[Rejection] = field(default_factory=list)
+    # The direct path (due within the direct window): produced by ingest itself.
+    deliveries: list[Delivery] = field(default_factory=list)
+    direct_cancelled: int = 0
+    direct_fallback: int = 0  # could not be produced here: queued for the emitter instead
+    errors: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class IngestServices:
-    """The adapters ingest writes to."""
+    """The adapters ingest writes to; ``direct`` produces due-now messages (None: every
+    message goes through the delay queue)."""
 
     store: MessageStore
     delay_queue: DelayQueue
     rejects: RejectQueue
     payloads: PayloadStore
+    direct: DirectServices | None = None
 
 
 def needs_offload(request: DelayRequest, settings: Settings) -> bool:
@@ -98,6 +109,7 @@ def ingest_batch(
     services: IngestServices,
     clock: Clock,
     deadline: Deadline,
+    sleep: Sleep = time.sleep,
 ) -> IngestResult:
     """Process one Kafka event-source batch. Raises if a valid record could not be kept."""
     delays, cancels, rejections = parse_batch(event, settings, clock())
@@ -108,10 +120,56 @@ def ingest_batch(
         cancel(cancels, store=services.store, clock=clock, deadline=deadline)
         result.cancelled = len(cancels)
 
+    direct: list[DelayRequest] = []
+    if services.direct is not None and settings.direct_window_ms:
+        now_ms = clock()
+        direct = [r for r in delays if is_direct(r, now_ms, settings)]
+        delays = [r for r in delays if not is_direct(r, now_ms, settings)]
+    _keep(delays, result, settings=settings, services=services, clock=clock, deadline=deadline)
+    if direct and services.direct is not None:
+        done = deliver_direct(
+            direct,
+            store=services.store,
+            direct=services.direct,
+            settings=settings,
+            clock=clock,
+            sleep=sleep,
+            deadline=deadline,
+        )
+        result.deliveries, result.direct_cancelled = done.deliveries, done.cancelled
+        result.direct_fallback, result.errors = len(done.fallback), done.errors
+        # What could not be produced here is queued like any due message (and raises, so
+        # Kafka redelivers the batch, if that fails too).
+        _keep(
+            done.fallback,
+            result,
+            settings=settings,
+            services=services,
+            clock=clock,
+            deadline=deadline,
+        )
+    if rejections:
+        services.rejects.send(rejections, clock(), deadline)
+    return result
+
+
+def _keep(
+    delays: list[DelayRequest],
+    result: IngestResult,
+    *,
+    settings: Settings,
+    services: IngestServices,
+    clock: Clock,
+    deadline: Deadline,
+) -> None:
+    """Offload large values, then queue what is due within the horizon and store the rest
+    (the guard queues what a scheduler run may have missed). Raises if any is not kept."""
+    if not delays:
+        return
     prepared = [
         services.payloads.offload(r, deadline) if needs_offload(r, settings) else r for r in delays
     ]
-    result.offloaded = sum(1 for r in prepared if r.payload_ref)
+    result.offloaded += sum(1 for r in prepared if r.payload_ref)
 
     now_ms = clock()
     to_queue: list[DelayRequest] = []
@@ -119,21 +177,20 @@ def ingest_batch(
     for request in prepared:
         routed = buckets.route(request.due_ms, now_ms, settings.horizon_seconds)
         (to_queue if routed is buckets.Route.QUEUE else to_store).append(request)
+    rescued = 0
     if to_store:
         services.store.put_messages(to_store, now_ms, deadline)
-        result.stored = len(to_store)
+        result.stored += len(to_store)
         # The guard: a scheduler run may have read (or passed) these seconds while we were
         # writing. Whatever it may have missed is queued here as well (docs/internals.md).
         mark = _watermark_after_store(services.store, now_ms, deadline)
         behind = [r for r in to_store if buckets.due_second(r.due_ms) <= mark.guarded_through]
         to_queue.extend(behind)
-        result.rescued = len(behind)
+        rescued = len(behind)
+        result.rescued += rescued
     if to_queue:
         services.delay_queue.send(to_queue, clock(), deadline)
-        result.queued = len(to_queue) - result.rescued
-    if rejections:
-        services.rejects.send(rejections, clock(), deadline)
-    return result
+        result.queued += len(to_queue) - rescued
 
 
 def _watermark_after_store(store: MessageStore, now_ms: int, deadline: Deadline) -> Watermark:

@@ -12,6 +12,7 @@ import boto3
 from botocore.config import Config
 
 from delayq.cleanup import CleanupServices
+from delayq.direct import DirectServices
 from delayq.emitter import EmitterServices
 from delayq.ingest import IngestServices
 from delayq.kafka import KafkaDelivery, make_producer
@@ -78,13 +79,31 @@ def tick_queue(settings: Settings) -> TickQueue:
 
 
 def ingest_services(settings: Settings) -> IngestServices:
-    """Everything ingest writes to."""
+    """Everything ingest writes to; a producer for the direct path when a target cluster and
+    a direct window are configured."""
     payloads = payload_store(settings)
+    direct = None
+    if settings.kafka_bootstrap and settings.direct_window_ms:
+        direct = DirectServices(
+            delivery=kafka_delivery(settings),
+            stats=DeliveryStats(policy=FlushPolicy(max_messages=settings.stats_flush_messages)),
+        )
     return IngestServices(
         store=message_store(settings),
         delay_queue=delay_queue(settings),
         rejects=reject_queue(settings, payloads),
         payloads=payloads,
+        direct=direct,
+    )
+
+
+def kafka_delivery(settings: Settings) -> KafkaDelivery:
+    """A producer for the target cluster (SCRAM reads its secret, the producer connects)."""
+    settings.require("kafka_bootstrap")
+    secrets = client("secretsmanager", settings) if settings.kafka_secret_arn else None
+    return KafkaDelivery(
+        lambda on_error: make_producer(settings, secrets, on_error),
+        settings.kafka_timeout_seconds,
     )
 
 
@@ -97,12 +116,8 @@ def emitter_services(settings: Settings) -> EmitterServices:
     """Everything the emitter uses, including the Kafka producer."""
     settings.require("kafka_bootstrap", "delay_dlq_url")
     payloads = payload_store(settings)
-    secrets = client("secretsmanager", settings) if settings.kafka_secret_arn else None
     return EmitterServices(
-        delivery=KafkaDelivery(
-            lambda on_error: make_producer(settings, secrets, on_error),
-            settings.kafka_timeout_seconds,
-        ),
+        delivery=kafka_delivery(settings),
         store=message_store(settings),
         delay_queue=delay_queue(settings),
         dead_letters=delay_queue(settings, settings.delay_dlq_url),

@@ -45,6 +45,7 @@ class Settings:
     delay_dlq_url: str = ""
     delivery_max_attempts: int = c.DEFAULT_DELIVERY_MAX_ATTEMPTS
     target_outage_max_seconds: int = c.DEFAULT_TARGET_OUTAGE_MAX_SECONDS
+    direct_window_ms: int = c.DEFAULT_DIRECT_WINDOW_MS
     stats_flush_messages: int = c.DEFAULT_STATS_FLUSH_MESSAGES
     scheduler_page_items: int = c.DEFAULT_SCHEDULER_PAGE_ITEMS
     bundle_max_bytes: int = c.DEFAULT_BUNDLE_MAX_BYTES
@@ -84,6 +85,8 @@ class Settings:
             problems.append("tick_seconds must be > 0")
         if self.emit_lead_ms < 0 or self.max_hold_ms < self.emit_lead_ms:
             problems.append("emit_lead_ms must be >= 0 and <= max_hold_ms")
+        if not 0 <= self.direct_window_ms <= c.MAX_DIRECT_WINDOW_MS:
+            problems.append(f"direct_window_ms must be 0..{c.MAX_DIRECT_WINDOW_MS}")
         return problems
 
     def _batching_problems(self) -> list[str]:
@@ -210,6 +213,7 @@ _ENV_OF = {
     "delay_dlq_url": c.ENV_DELAY_DLQ_URL,
     "delivery_max_attempts": c.ENV_DELIVERY_MAX_ATTEMPTS,
     "target_outage_max_seconds": c.ENV_TARGET_OUTAGE_MAX_SECONDS,
+    "direct_window_ms": c.ENV_DIRECT_WINDOW_MS,
     "stats_flush_messages": c.ENV_STATS_FLUSH_MESSAGES,
     "scheduler_page_items": c.ENV_SCHEDULER_PAGE_ITEMS,
     "bundle_max_bytes": c.ENV_BUNDLE_MAX_BYTES,

@@ -5,6 +5,7 @@ Metric names are part of the operator's contract: the template's alarms use them
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
 from aws_lambda_powertools import Logger, Metrics
@@ -13,6 +14,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from delayq.cleanup import Outcome
 from delayq.emitter import EmitResult
 from delayq.ingest import IngestResult
+from delayq.producing import Delivery
 from delayq.scheduler import ScheduleResult
 
 NAMESPACE: Final = "KafkaDelayQueue"
@@ -27,9 +29,15 @@ def report_ingest(metrics: Metrics, logger: Logger, result: IngestResult) -> dic
         "offloaded": result.offloaded,
         "rescued": result.rescued,
         "rejected": len(result.rejected),
+        "direct": len(result.deliveries),
+        "fallback": result.direct_fallback,
     }
     for name, value in summary.items():
         metrics.add_metric(name=f"Ingest{name.capitalize()}", unit=MetricUnit.Count, value=value)
+    # Direct deliveries count like the emitter's: the lateness alarm and dashboard see both.
+    _record_lateness(metrics, result.deliveries)
+    for error in result.errors:
+        logger.warning("direct path", error=error)
     for rejection in result.rejected:
         logger.warning(
             "record rejected",
@@ -76,10 +84,7 @@ def report_emit(metrics: Metrics, logger: Logger, result: EmitResult) -> dict[st
     metrics.add_metric(name="EmitRequeued", unit=MetricUnit.Count, value=result.requeued)
     metrics.add_metric(name="EmitRejected", unit=MetricUnit.Count, value=result.rejected)
     metrics.add_metric(name="EmitFailed", unit=MetricUnit.Count, value=len(result.failed))
-    for delivery in result.deliveries:
-        metrics.add_metric(
-            name="LatenessMs", unit=MetricUnit.Milliseconds, value=delivery.lateness_ms
-        )
+    _record_lateness(metrics, result.deliveries)
     for error in result.errors:
         logger.error("emit problem", error=error)
     return {"batchItemFailures": [{"itemIdentifier": i} for i in result.failed]}
@@ -97,3 +102,10 @@ def report_cleanup(metrics: Metrics, outcomes: list[Outcome]) -> None:
         unit=MetricUnit.Count,
         value=sum(1 for o in outcomes if o is Outcome.CLEANED),
     )
+
+
+def _record_lateness(metrics: Metrics, deliveries: Sequence[Delivery]) -> None:
+    for delivery in deliveries:
+        metrics.add_metric(
+            name="LatenessMs", unit=MetricUnit.Milliseconds, value=delivery.lateness_ms
+        )

@@ -1,0 +1,133 @@
+"""Producing delay messages at their due time, never before: the loop the emitter and ingest's
+direct path share.
+
+Items are produced in the order given (the caller sorts them by due time), each once its due
+time is reached on the caller's clock; then every delivery report is awaited. Production stops
+while there is still ``reserve_seconds`` left before the deadline for the flush and for putting
+back what was not produced, so a batch never runs into its function's timeout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Generic, TypeVar
+
+from delayq.clock import Clock, Sleep
+from delayq.contract import DelayRequest, delivery_headers
+from delayq.exceptions import DelayQueueError
+from delayq.kafka import NO_REPORT, KafkaDelivery, OutRecord, Undelivered
+from delayq.retry import Deadline
+from delayq.stats import DeliveryStats
+from delayq.store import MessageStore
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One acknowledged emission (for lateness statistics and the delivery log)."""
+
+    target: str
+    due_ms: int
+    emitted_ms: int
+    delay_id: str = ""
+    attempt: int = 1
+
+    @property
+    def lateness_ms(self) -> int:
+        """Emit time minus due time (never negative unless something is broken)."""
+        return self.emitted_ms - self.due_ms
+
+
+@dataclass(frozen=True)
+class Produced(Generic[T]):
+    """One item that was produced, when, and its delivery report (None: acknowledged)."""
+
+    item: T
+    emitted_ms: int
+    attempt: int
+    outcome: Undelivered | None
+
+
+@dataclass
+class ProduceRun(Generic[T]):
+    """What became of the items: produced (with their reports), not loadable, or left over
+    because the deadline came first."""
+
+    produced: list[Produced[T]] = field(default_factory=list)
+    unloaded: list[tuple[T, Undelivered]] = field(default_factory=list)
+    left: list[T] = field(default_factory=list)
+
+
+def produce_at_due(
+    items: Sequence[T],
+    *,
+    due_of: Callable[[T], int],
+    load: Callable[[int], DelayRequest | Undelivered],
+    attempt_of: Callable[[T, DelayRequest], int],
+    delivery: KafkaDelivery,
+    clock: Clock,
+    sleep: Sleep,
+    deadline: Deadline,
+    reserve_seconds: float,
+) -> ProduceRun[T]:
+    """Produce each item at its due time. ``load(i)`` gives item ``i`` ready to produce (its
+    value in memory) or why it cannot be; it is called just before the item is produced, so a
+    caller can fetch values lazily."""
+    run: ProduceRun[T] = ProduceRun()
+    outcomes: list[Undelivered | None] = []
+    pending: list[tuple[T, int, int]] = []
+    for index, item in enumerate(items):
+        wait_seconds = max(0, due_of(item) - clock()) / 1000
+        if deadline.remaining_seconds() - wait_seconds < reserve_seconds:
+            run.left.extend(items[index:])
+            break
+        loaded = load(index)
+        if isinstance(loaded, Undelivered):
+            run.unloaded.append((item, loaded))
+            continue
+        now = wait_until(loaded.due_ms, clock, sleep)
+        attempt = attempt_of(item, loaded)
+        record = OutRecord(
+            loaded.target, loaded.key, loaded.value, delivery_headers(loaded, now, attempt)
+        )
+        outcomes.append(NO_REPORT)
+        pending.append((item, now, attempt))
+        delivery.produce(record, partial(outcomes.__setitem__, len(outcomes) - 1))
+    if pending:
+        delivery.flush()
+    run.produced = [
+        Produced(item, emitted, attempt, outcome)
+        for (item, emitted, attempt), outcome in zip(pending, outcomes, strict=True)
+    ]
+    return run
+
+
+def wait_until(due_ms: int, clock: Clock, sleep: Sleep) -> int:
+    """Sleep until ``due_ms`` on ``clock``; returns the time reached (never before due)."""
+    while (now := clock()) < due_ms:
+        sleep(max(due_ms - now, 1) / 1000)
+    return now
+
+
+def record_deliveries(
+    stats: DeliveryStats,
+    deliveries: Sequence[Delivery],
+    store: MessageStore,
+    now_ms: int,
+    deadline: Deadline,
+) -> list[str]:
+    """Count deliveries into the container's statistics and write what the flush policy says
+    is due (about one item per container-minute). A failed write loses statistics, never
+    messages: it is returned as an error line, not raised."""
+    for d in deliveries:
+        stats.add(d.target, d.due_ms, d.emitted_ms)
+    errors = []
+    for item in stats.flush(now_ms):
+        try:
+            store.put_item(item, deadline)
+        except DelayQueueError as e:
+            errors.append(f"statistics not written: {e}")
+    return errors
