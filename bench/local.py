@@ -10,10 +10,8 @@ paths (straight to SQS, and through DynamoDB and the scheduler) run within minut
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import math
-import re
 import threading
 import time
 import warnings
@@ -24,7 +22,6 @@ from pathlib import Path
 from typing import Any, Final, TextIO
 
 from bench.handlers import environ
-from bench.run import LocalOptions
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 TARGET: Final = "bench.orders"
@@ -38,6 +35,20 @@ VALUE: Final = b"v" * 100
 DEFAULT_STEADY_RATE: Final = 50.0
 
 
+@dataclass(frozen=True)
+class LocalOptions:
+    """The measurements on the embedded local stack."""
+
+    enabled: str = "auto"  # "auto": run when the stack starts; "yes": fail if it cannot; "no"
+    # Issue 7's default. It takes a few minutes only with the local runner's moto SQS patches
+    # (delayq_local.moto_fixes): plain moto's receive slows down linearly with queue depth
+    # (moto_depth_probe).
+    burst_messages: int = 20_000
+    steady_rate: float | None = None  # messages/s; None: derived from the measured burst
+    steady_seconds: float = 60.0
+    emitter_concurrency: int = 4
+
+
 def percentile(values: Sequence[float], q: float) -> float | None:
     """Nearest-rank percentile (None for no values)."""
     if not values:
@@ -45,18 +56,6 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     ordered = sorted(values)
     rank = max(1, math.ceil(q / 100 * len(ordered)))
     return float(ordered[rank - 1])
-
-
-def _function_of_thread() -> str:
-    """Which function's invocation runs on this thread (event-source worker threads are named
-    ``<stack>-<Function>:<event>-<n>``; the scheduler queries shards on a thread pool)."""
-    name = threading.current_thread().name
-    match = re.search(r"-(\w+Function):", name)
-    if match:
-        return match.group(1)
-    if name.startswith("ThreadPoolExecutor"):
-        return "SchedulerFunction"
-    return "other"
 
 
 class CallCounter:
@@ -71,12 +70,13 @@ class CallCounter:
         with self._lock:
             self.calls[(who, operation)] += 1
 
-    def handler_hook(self) -> Callable[..., None]:
-        """A botocore ``before-call`` handler for a handler's client."""
+    def handler_hook(self, function: str) -> Callable[..., None]:
+        """A botocore ``before-call`` handler for a client of `function`'s handler (whichever
+        thread calls: the scheduler queries its shards on a thread pool)."""
 
         def before_call(model: Any, **_: Any) -> None:
             operation = f"{model.service_model.service_name}.{model.name}"
-            self._add(f"handler {_function_of_thread()}", operation)
+            self._add(f"handler {function or 'other'}", operation)
 
         return before_call
 
@@ -111,14 +111,16 @@ class CallCounter:
 
 @contextlib.contextmanager
 def counted_handler_clients(counter: CallCounter) -> Iterator[None]:
-    """Every boto3 client the handlers create (``delayq.runtime.client``) counts its calls."""
+    """Every boto3 client the handlers create (``delayq.runtime.client``) counts its calls,
+    under the function whose invocation created it."""
     from delayq import runtime  # noqa: PLC0415
+    from delayq_local.runtime import current_function  # noqa: PLC0415
 
     original = runtime.client
 
     def client(service: str, settings: Any) -> Any:
         made = original(service, settings)
-        made.meta.events.register("before-call", counter.handler_hook())
+        made.meta.events.register("before-call", counter.handler_hook(current_function()))
         return made
 
     runtime.client = client
@@ -129,7 +131,10 @@ def counted_handler_clients(counter: CallCounter) -> Iterator[None]:
 
 
 def _hook_event_sources(stack: Any, counter: CallCounter) -> None:
-    clients = {id(c): c for s in stack.sources.values() if (c := getattr(s, "_sqs", None))}
+    from delayq_local.sources import SqsEventSource  # noqa: PLC0415
+
+    sources = stack.sources.values()
+    clients = {id(s.sqs): s.sqs for s in sources if isinstance(s, SqsEventSource)}
     for client in clients.values():
         client.meta.events.register("before-parameter-build.sqs", counter.event_source_hook())
         client.meta.events.register("after-call.sqs.ReceiveMessage", counter.empty_receive_hook())
@@ -380,14 +385,9 @@ def moto_depth_probe(
                     ],
                 )
             ms[str(depth)] = round((time.perf_counter() - start) / receives * 1000, 1)
-    patched = "none found"
-    for name in ("delayq_local.moto_fixes", "delayq_local.moto_speedups"):
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        patched = f"{name} applied: {bool(getattr(module, '_applied', False))}"
-        break
+    from delayq_local import moto_fixes  # noqa: PLC0415
+
+    patched = f"delayq_local.moto_fixes applied: {moto_fixes.applied()}"
     return {
         "ms_per_receive_and_delete_by_depth": ms,
         "local_runner_moto_patches": patched,

@@ -19,24 +19,12 @@ from bench.burst import scale_out_model, scheduler_probe, steady_emitter_concurr
 from bench.fakes import write_units
 from bench.handlers import measure_handlers
 from bench.harness import bench_settings
+from bench.local import LocalOptions
+from bench.local import measure as measure_local
 from bench.machine import describe
 from bench.workload import ISSUE_7
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class LocalOptions:
-    """The measurements on the embedded local stack."""
-
-    enabled: str = "auto"  # "auto": run when the stack starts; "yes": fail if it cannot; "no"
-    # Issue 7's default. It takes a few minutes only with the local runner's moto SQS patches
-    # (delayq_local.moto_fixes): plain moto's receive slows down linearly with queue depth
-    # (bench.local.moto_depth_probe).
-    burst_messages: int = 20_000
-    steady_rate: float | None = None  # messages/s; None: derived from the measured burst
-    steady_seconds: float = 60.0
-    emitter_concurrency: int = 4
 
 
 @dataclass(frozen=True)
@@ -184,9 +172,7 @@ def run(options: Options, out: TextIO = sys.stderr) -> dict[str, Any]:
     if options.local.enabled != "no":
         t = _step(out, "local stack: burst, steady lateness, requests per message")
         try:
-            from bench import local as local_mod  # noqa: PLC0415 -- needs the local runner
-
-            local = local_mod.measure(options.local, out)
+            local = measure_local(options.local, out)
             out.write(f"   ({time.monotonic() - t:.0f} s)\n")
         except Exception as e:
             if options.local.enabled == "yes":

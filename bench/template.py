@@ -1,6 +1,7 @@
 """What the SAM template deploys, as the benchmarks need it: each function's memory, timeout
 and architecture, and the emitter's SQS event source (batch size, batching window, maximum
-concurrency). Read from ``template.yaml`` with the local runner's loader; defaults otherwise."""
+concurrency). Read from ``template.yaml`` through the local runner's SAM expansion; defaults
+otherwise."""
 
 from __future__ import annotations
 
@@ -53,32 +54,35 @@ class FunctionConfig:
 
     @classmethod
     def from_template(cls, path: Path = TEMPLATE) -> FunctionConfig:
-        """Read the template (Globals merged into each function)."""
+        """Read the template as CloudFormation deploys it (the SAM translator's output, with
+        Globals merged into each function; Lambda's defaults where a property is absent)."""
         defaults = cls()
         try:
-            from delayq_local.cfn import load_template  # noqa: PLC0415 -- optional dependency
+            from delayq_local.template import load_template  # noqa: PLC0415 -- optional dependency
 
-            template = load_template(path)
+            sam = load_template(path)
+            required = {name: "x" for name, p in sam.parameters.items() if "Default" not in p}
+            template = sam.expand(required, region="us-east-1")
         except Exception:  # noqa: BLE001 -- fall back to the defaults, and say so in `source`
             return defaults
-        glob = template.function_globals
         memory = dict(defaults.memory_mb)
         timeout = dict(defaults.timeout_s)
-        arch = str((glob.get("Architectures") or ["x86_64"])[0])
+        arch = defaults.architecture
         batch, window = defaults.emitter_batch_size, defaults.emitter_batching_window_s
         for logical_id, name in FUNCTIONS.items():
             props: Mapping[str, Any] = (template.resources.get(logical_id) or {}).get(
                 "Properties"
             ) or {}
-            memory[name] = int(props.get("MemorySize") or glob.get("MemorySize") or 128)
-            timeout[name] = int(props.get("Timeout") or glob.get("Timeout") or 3)
-            arch = str((props.get("Architectures") or [arch])[0])
-            if name == "emitter":
-                for event in (props.get("Events") or {}).values():
-                    if event.get("Type") == "SQS":
-                        event_props = event.get("Properties") or {}
-                        batch = int(event_props.get("BatchSize", 10))
-                        window = float(event_props.get("MaximumBatchingWindowInSeconds", 0))
+            memory[name] = int(props.get("MemorySize", 128))
+            timeout[name] = int(props.get("Timeout", 3))
+            arch = str((props.get("Architectures") or ["x86_64"])[0])
+        for resource in template.resources.values():
+            props = resource.get("Properties") or {}
+            if resource.get("Type") == "AWS::Lambda::EventSourceMapping" and props.get(
+                "FunctionName"
+            ) == {"Ref": "EmitterFunction"}:
+                batch = int(props.get("BatchSize", 10))
+                window = float(props.get("MaximumBatchingWindowInSeconds", 0))
         param = template.parameters.get("EmitterMaxConcurrency") or {}
         return cls(
             memory_mb=memory,

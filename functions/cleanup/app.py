@@ -16,7 +16,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from delayq import runtime
 from delayq.cleanup import CleanupServices, Outcome, TtlCleanup
-from delayq.clock import system_clock
+from delayq.clock import handler_clock
 from delayq.retry import Deadline
 from delayq.settings import Settings
 from delayq.telemetry import NAMESPACE, report_cleanup
@@ -24,6 +24,7 @@ from delayq.telemetry import NAMESPACE, report_cleanup
 logger = Logger()
 metrics = Metrics(namespace=NAMESPACE)
 processor = BatchProcessor(event_type=EventType.DynamoDBStreams)
+clock = handler_clock(__name__)
 
 
 @cache
@@ -36,7 +37,7 @@ def _setup() -> CleanupServices:
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Each stream record succeeds or fails alone (ReportBatchItemFailures)."""
     services = _setup()
-    cleanup = TtlCleanup(services, clock=system_clock, deadline=Deadline.from_context(context))
+    cleanup = TtlCleanup(services, clock=clock, deadline=Deadline.from_context(context))
     outcomes: list[Outcome] = []
 
     def record_handler(record: DynamoDBRecord) -> None:

@@ -10,7 +10,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from delayq import runtime
-from delayq.clock import system_clock
+from delayq.clock import handler_clock
 from delayq.emitter import EmitterServices, emit_batch, messages_from_event
 from delayq.retry import Deadline
 from delayq.settings import Settings
@@ -18,6 +18,7 @@ from delayq.telemetry import NAMESPACE, report_emit
 
 logger = Logger()
 metrics = Metrics(namespace=NAMESPACE)
+clock = handler_clock(__name__)
 
 
 @cache
@@ -35,7 +36,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         messages_from_event(event),
         settings=settings,
         services=services,
-        clock=system_clock,
+        clock=clock,
         sleep=time.sleep,
         deadline=Deadline.from_context(context),
     )

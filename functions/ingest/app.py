@@ -9,7 +9,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from delayq import runtime
-from delayq.clock import system_clock
+from delayq.clock import handler_clock
 from delayq.ingest import IngestServices, ingest_batch
 from delayq.retry import Deadline
 from delayq.settings import Settings
@@ -17,6 +17,7 @@ from delayq.telemetry import NAMESPACE, report_ingest
 
 logger = Logger()
 metrics = Metrics(namespace=NAMESPACE)
+clock = handler_clock(__name__)
 
 
 @cache
@@ -34,7 +35,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         event,
         settings=settings,
         services=services,
-        clock=system_clock,
+        clock=clock,
         deadline=Deadline.from_context(context),
     )
     return report_ingest(metrics, logger, result)

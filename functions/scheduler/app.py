@@ -9,7 +9,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from delayq import runtime
-from delayq.clock import system_clock
+from delayq.clock import handler_clock
 from delayq.queues import DelayQueue
 from delayq.retry import Deadline
 from delayq.scheduler import run_scheduler
@@ -19,6 +19,7 @@ from delayq.telemetry import NAMESPACE, report_schedule
 
 logger = Logger()
 metrics = Metrics(namespace=NAMESPACE)
+clock = handler_clock(__name__)
 
 
 @cache
@@ -36,7 +37,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         settings=settings,
         store=store,
         delay_queue=queue,
-        clock=system_clock,
+        clock=clock,
         deadline=Deadline.from_context(context, safety_ms=10_000),
     )
     report_schedule(metrics, logger, result)

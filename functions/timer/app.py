@@ -9,13 +9,14 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from delayq import runtime
-from delayq.clock import system_clock
+from delayq.clock import handler_clock
 from delayq.queues import TickQueue
 from delayq.retry import Deadline
 from delayq.scheduler import fire_timer
 from delayq.settings import Settings
 
 logger = Logger()
+clock = handler_clock(__name__)
 
 
 @cache
@@ -31,7 +32,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     tick = fire_timer(
         tick_queue=ticks,
         settings=settings,
-        clock=system_clock,
+        clock=clock,
         deadline=Deadline.from_context(context),
     )
     logger.info("tick sent", tick=tick)

@@ -5,7 +5,6 @@ sources invoke the handlers the way Lambda does. See `EmbeddedStack`.
 """
 
 from delayq_local.aws import AwsEndpoint, MotoServer, reachable
-from delayq_local.cfn import Template, load_template, loads_template
 from delayq_local.exceptions import (
     HandlerLoadError,
     KafkaMockError,
@@ -18,6 +17,7 @@ from delayq_local.kafka_mock import ApiKey, MockKafkaCluster
 from delayq_local.provision import Deployment, ProvisionedResource, provision
 from delayq_local.runtime import LambdaContext, LocalFunction, load_handler
 from delayq_local.stack import EmbeddedStack, StackConfig, TimeCompression
+from delayq_local.template import Template, load_template, loads_template
 
 __all__ = [
     "ApiKey",

@@ -31,6 +31,7 @@ from delayq_local.aws import AwsEndpoint
 from delayq_local.demo import DemoOptions, run_demo
 from delayq_local.exceptions import LocalStackError
 from delayq_local.producer import DelayProducer, Due
+from delayq_local.reports import require_spark
 from delayq_local.stack import EmbeddedStack, StackConfig, TimeCompression, environ_during
 from delayq_local.workload import DEFAULT_TARGETS
 
@@ -359,6 +360,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    require_spark()
     return _run_workload(args, DemoOptions(reports=args.reports, **_workload(args)))
 
 

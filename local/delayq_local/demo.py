@@ -27,7 +27,7 @@ class DemoOptions:
     fault plan, whose timed faults count from the same moment)."""
 
     messages: int = 3000
-    max_delay_seconds: float = 240.0
+    max_delay_seconds: float = 120.0
     seed: int = 7
     results: Path = Path("results")
     settle_seconds: float = 5.0

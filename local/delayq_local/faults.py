@@ -18,7 +18,8 @@ before any handler runs (`ActiveFaults`) and removes it when it stops. Its piece
   `KafkaRequestErrors` (pushed on the mock cluster; `TOPIC_AUTHORIZATION_FAILED` on Produce makes
   the emitter's producer give up on records), `PauseSource` (missed ticks), `ExtraTicks` and
   `RepeatedTicks` (duplicate ticks).
-- `clock_skew_ms`: a function's handler module gets a clock off by that many milliseconds.
+- `clock_skew_ms`: a function's handler module gets a clock off by that many milliseconds, through
+  `delayq.clock.handler_clock`, the clock every handler takes when it is imported.
 
 Never early under skew: the invariant is "never early (same clock)", and the reference clock is
 the emitter's. Ingest, scheduler and cleanup skew must not make anything early in true time;
@@ -35,11 +36,9 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final, Protocol
 
 import boto3
 from botocore.awsrequest import AWSResponse
@@ -49,37 +48,34 @@ from delayq import constants as c
 from delayq.clock import Clock, system_clock
 from delayq.settings import Settings
 from delayq_local.exceptions import LocalStackError
-from delayq_local.kafka_mock import ApiKey
-from delayq_local.runtime import Handler, RuntimeCrash
-from delayq_local.sources import ScheduleEventSource
-
-if TYPE_CHECKING:
-    from delayq_local.stack import EmbeddedStack
+from delayq_local.kafka_mock import ApiKey, MockKafkaCluster
+from delayq_local.provision import ProvisionedResource
+from delayq_local.runtime import RuntimeCrash, acting_as, current_function
+from delayq_local.sources import EventSource, ScheduleEventSource
 
 log = logging.getLogger(__name__)
 
 _DECISION: Final = "delayq_fault"
-_CLOCK_GLOBAL: Final = "system_clock"
-_caller = threading.local()
+
+
+class Stack(Protocol):
+    """What timed faults act on: the running stack (`Stack`)."""
+
+    @property
+    def mock_kafka(self) -> MockKafkaCluster | None:
+        """The embedded mock cluster (None when the stack uses another cluster)."""
+
+    def source(self, function_id: str, event: str | None = None) -> EventSource:
+        """The event source wired to a function."""
+
+    def client(self, service: str) -> Any:
+        """A boto3 client on the stack's AWS endpoint."""
+
+    def resource(self, logical_id: str) -> ProvisionedResource:
+        """A provisioned resource by logical id."""
 
 
 # Who makes a call --------------------------------------------------------------------------
-
-
-def current_function() -> str:
-    """The logical id of the function on whose behalf this thread calls AWS ("" if none)."""
-    return str(getattr(_caller, "function", ""))
-
-
-@contextmanager
-def acting_as(function: str) -> Iterator[None]:
-    """Attribute the AWS calls this thread makes meanwhile to `function`."""
-    previous = current_function()
-    _caller.function = function
-    try:
-        yield
-    finally:
-        _caller.function = previous
 
 
 class _OwnedClient:
@@ -329,14 +325,14 @@ BATCH_SHAPES: Final[Mapping[tuple[str, str], _BatchShape]] = {
 class TimedFault(Protocol):
     """Something done to the stack at given seconds after the workload starts."""
 
-    def events(self) -> list[tuple[float, str, Callable[[EmbeddedStack], None]]]:
+    def events(self) -> list[tuple[float, str, Callable[[Stack], None]]]:
         """`(at seconds, counter name, action)`, in any order."""
 
-    def restore(self, stack: EmbeddedStack) -> None:
+    def restore(self, stack: Stack) -> None:
         """Undo whatever is still in effect (the run may end early)."""
 
 
-def _cluster(stack: EmbeddedStack) -> Any:
+def _cluster(stack: Stack) -> MockKafkaCluster:
     if stack.mock_kafka is None:
         raise LocalStackError("Kafka faults need the embedded mock cluster")
     return stack.mock_kafka
@@ -349,13 +345,13 @@ class BrokerOutage:
     at: float
     seconds: float
 
-    def events(self) -> list[tuple[float, str, Callable[[EmbeddedStack], None]]]:
+    def events(self) -> list[tuple[float, str, Callable[[Stack], None]]]:
         return [
             (self.at, "kafka brokers down", lambda s: _cluster(s).broker_down(-1)),
             (self.at + self.seconds, "kafka brokers up", self.restore),
         ]
 
-    def restore(self, stack: EmbeddedStack) -> None:
+    def restore(self, stack: Stack) -> None:
         if stack.mock_kafka is not None and stack.mock_kafka.running:
             stack.mock_kafka.broker_up(-1)
 
@@ -370,15 +366,15 @@ class KafkaRequestErrors:
     errors: tuple[int, ...]
     at: float = 0.0
 
-    def events(self) -> list[tuple[float, str, Callable[[EmbeddedStack], None]]]:
+    def events(self) -> list[tuple[float, str, Callable[[Stack], None]]]:
         name = f"kafka {self.api.name.lower()} errors pushed"
 
-        def push(stack: EmbeddedStack) -> None:
+        def push(stack: Stack) -> None:
             _cluster(stack).push_request_errors(self.api, self.errors)
 
         return [(self.at, name, push)]
 
-    def restore(self, stack: EmbeddedStack) -> None:
+    def restore(self, stack: Stack) -> None:
         """Pushed errors are consumed by requests; nothing to undo."""
 
 
@@ -391,13 +387,13 @@ class PauseSource:
     at: float
     seconds: float
 
-    def events(self) -> list[tuple[float, str, Callable[[EmbeddedStack], None]]]:
+    def events(self) -> list[tuple[float, str, Callable[[Stack], None]]]:
         return [
             (self.at, f"{self.function} paused", lambda s: s.source(self.function).pause()),
             (self.at + self.seconds, f"{self.function} resumed", self.restore),
         ]
 
-    def restore(self, stack: EmbeddedStack) -> None:
+    def restore(self, stack: Stack) -> None:
         stack.source(self.function).resume()
 
 
@@ -411,8 +407,8 @@ class ExtraTicks:
     stop: float
     function: str = "TimerFunction"
 
-    def events(self) -> list[tuple[float, str, Callable[[EmbeddedStack], None]]]:
-        def fire(stack: EmbeddedStack) -> None:
+    def events(self) -> list[tuple[float, str, Callable[[Stack], None]]]:
+        def fire(stack: Stack) -> None:
             source = stack.source(self.function)
             if not isinstance(source, ScheduleEventSource):
                 raise LocalStackError(f"{self.function} is not driven by a schedule")
@@ -420,7 +416,7 @@ class ExtraTicks:
 
         return [(t, "extra timer firings", fire) for t in _times(self.start, self.stop, self.every)]
 
-    def restore(self, stack: EmbeddedStack) -> None:
+    def restore(self, stack: Stack) -> None:
         """Nothing stays in effect."""
 
 
@@ -435,10 +431,10 @@ class RepeatedTicks:
     stop: float
     queue: str = "TickQueue"
 
-    def events(self) -> list[tuple[float, str, Callable[[EmbeddedStack], None]]]:
+    def events(self) -> list[tuple[float, str, Callable[[Stack], None]]]:
         numbers = itertools.count(1)
 
-        def send(stack: EmbeddedStack) -> None:
+        def send(stack: Stack) -> None:
             now_ms = system_clock()
             # The period the handlers use: the stack has put their settings in the environment.
             tick_seconds = Settings.from_env().tick_seconds
@@ -456,7 +452,7 @@ class RepeatedTicks:
             (t, "repeated tick messages", send) for t in _times(self.start, self.stop, self.every)
         ]
 
-    def restore(self, stack: EmbeddedStack) -> None:
+    def restore(self, stack: Stack) -> None:
         """Nothing stays in effect."""
 
 
@@ -532,20 +528,10 @@ class ActiveFaults:
                 self._events.unregister(event, handler)
             self._events = None
 
-    def wrap(self, function: str, module: ModuleType, handler: Handler) -> Handler:
-        """A freshly loaded handler, with its module's clock skewed and its clients attributed
-        to `function`."""
+    def handler_clock(self, function: str) -> Clock | None:
+        """The skewed clock `function`'s handler modules take when imported (None: no skew)."""
         offset = self.plan.clock_skew_ms.get(function)
-        if offset:
-            if not callable(getattr(module, _CLOCK_GLOBAL, None)):
-                raise LocalStackError(f"{function}: its handler module has no {_CLOCK_GLOBAL}")
-            setattr(module, _CLOCK_GLOBAL, skewed_clock(offset))
-
-        def attributed(event: Any, context: Any) -> Any:
-            with acting_as(function):
-                return handler(event, context)
-
-        return attributed
+        return skewed_clock(offset) if offset else None
 
     # What happened ---------------------------------------------------------------------
 
@@ -556,7 +542,7 @@ class ActiveFaults:
 
     # Timed faults ----------------------------------------------------------------------
 
-    def step(self, stack: EmbeddedStack, elapsed: float) -> None:
+    def step(self, stack: Stack, elapsed: float) -> None:
         """Run the timed faults due by `elapsed` seconds into the workload."""
         while self._pending and self._pending[0][0] <= elapsed:
             _, name, action = self._pending.pop(0)
@@ -565,7 +551,7 @@ class ActiveFaults:
             with self._lock:
                 self._counts[name] += 1
 
-    def restore(self, stack: EmbeddedStack) -> None:
+    def restore(self, stack: Stack) -> None:
         """Undo what the timed faults left in effect."""
         self._pending.clear()
         for fault in self.plan.timed:

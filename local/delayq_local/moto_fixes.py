@@ -1,4 +1,9 @@
-"""Changes to moto's SQS (moto 5.2), applied once in the process hosting the embedded server.
+"""Changes to moto's SQS, applied once in the process hosting the embedded server.
+
+They replace moto internals, so they are tied to one moto version (`WRITTEN_FOR`): `apply()`
+refuses any other, and tests/integration/test_moto_fixes.py says, for each change, whether the
+installed moto still needs it. After a moto upgrade: run that test, drop what moto now does
+itself, check that the rest still holds, then set `WRITTEN_FOR`.
 
 Speed, same behaviour: moto computes "now" through datetime arithmetic, and checks each received
 message's retention by building all of the queue's attributes, three of which count the whole
@@ -16,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
+from importlib.metadata import version
 from typing import Any, Final
 
 from moto.core import utils as moto_utils
@@ -23,6 +29,7 @@ from moto.sqs import models as sqs_models
 
 from delayq_local.exceptions import LocalStackError
 
+WRITTEN_FOR: Final = "5.2.5"
 DEDUPLICATION_WINDOW_MS: Final = 5 * 60 * 1000
 _PRUNE_ABOVE: Final = 1000
 _lock = threading.Lock()
@@ -65,9 +72,22 @@ def _deduplicating(add_message: Callable[[Any, Any], None]) -> Callable[[Any, An
     return add
 
 
+def applied() -> bool:
+    """Whether `apply()` has run in this process."""
+    return _applied
+
+
 def apply() -> None:
-    """Install the changes (idempotent); fail loudly if moto no longer has the originals."""
+    """Install the changes (idempotent); fail loudly on another moto than `WRITTEN_FOR`, or if
+    moto no longer has the originals."""
     global _applied  # noqa: PLW0603 (one process-wide switch)
+    installed = version("moto")
+    if installed != WRITTEN_FOR:
+        raise LocalStackError(
+            f"moto {installed} is installed; delayq_local.moto_fixes replaces SQS internals of "
+            f"moto {WRITTEN_FOR}. Run tests/integration/test_moto_fixes.py to see which changes "
+            "the new moto still needs, then update moto_fixes and its WRITTEN_FOR."
+        )
     with _lock:
         if _applied:
             return

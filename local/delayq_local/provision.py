@@ -1,9 +1,17 @@
-"""Create the template's queues, table and buckets on an AWS endpoint; resolve its functions.
+"""Provision a template on an AWS endpoint: every resource of the expanded template (the SAM
+translator's CloudFormation) gets one rule, by type (`RESOURCE_RULES`):
 
-Resource definitions come from the template only: properties are translated to API calls, names
-are the template's (with `AWS::StackName` set to the local stack name) or `<stack>-<LogicalId>`.
-Resources the local runner does not create (roles, alarms, Glue jobs, the layer) still resolve,
-to placeholder names, so that environment variables referring to them can be computed.
+- `create`: queues, tables and buckets are created on the endpoint from their properties;
+  names are the template's (with `AWS::StackName` set to the local stack name) or
+  `<stack>-<LogicalId>`;
+- `run`: functions, their event source mappings, invoke configurations and schedules become
+  local functions and event sources (`delayq_local.specs`);
+- `skip`: what the handlers do not need locally (permissions, logs, alarms, dashboards,
+  notifications, Glue jobs, the layer...) is not created; its `Ref` and `Fn::GetAtt` resolve to
+  placeholder names and ARNs, so that values referring to it can be computed.
+
+A type with no rule is refused with a clear error, so that a new kind of resource in the
+template is a decision, never an accident.
 """
 
 from __future__ import annotations
@@ -13,23 +21,79 @@ import logging
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from delayq_local.aws import AwsEndpoint
-from delayq_local.cfn import Resolver, Template
 from delayq_local.exceptions import ProvisionError, TemplateError
-from delayq_local.specs import FunctionSpec, function_spec, mapping_event, merge_globals
+from delayq_local.intrinsics import Resolver
+from delayq_local.specs import (
+    EventSpec,
+    FunctionSpec,
+    ScheduleEventSpec,
+    function_spec,
+    mapping_event,
+    schedule_event,
+    with_invoke_config,
+)
+from delayq_local.template import Template
 
 log = logging.getLogger(__name__)
 
 SQS_QUEUE: Final = "AWS::SQS::Queue"
 DYNAMODB_TABLE: Final = "AWS::DynamoDB::Table"
 S3_BUCKET: Final = "AWS::S3::Bucket"
-SERVERLESS_FUNCTION: Final = "AWS::Serverless::Function"
+LAMBDA_FUNCTION: Final = "AWS::Lambda::Function"
 EVENT_SOURCE_MAPPING: Final = "AWS::Lambda::EventSourceMapping"
-_CREATED_TYPES: Final = (SQS_QUEUE, DYNAMODB_TABLE, S3_BUCKET)
+EVENT_INVOKE_CONFIG: Final = "AWS::Lambda::EventInvokeConfig"
+EVENTS_RULE: Final = "AWS::Events::Rule"
+SCHEDULER_SCHEDULE: Final = "AWS::Scheduler::Schedule"
+
+Rule = Literal["create", "run", "skip"]
+# Why a kind of resource is skipped, by service (every type of it) or by type.
+SKIPPED_SERVICES: Final[Mapping[str, str]] = {
+    "IAM": "permissions: moto does not enforce IAM",
+    "Logs": "log groups: the handlers' output goes to the terminal or results/handlers.log",
+    "CloudWatch": "alarms and dashboards: no metrics are published locally",
+    "SNS": "notifications of alarms",
+    "Glue": "report jobs: `delayq report` runs the Spark reports locally",
+    "KMS": "keys: moto encrypts nothing",
+    "SecretsManager": "Kafka credentials: the local cluster is plain text",
+    "EC2": "networking: everything runs on this machine",
+}
+SKIPPED_TYPES: Final[Mapping[str, str]] = {
+    "AWS::SQS::QueuePolicy": "queue policies: moto does not enforce them",
+    "AWS::S3::BucketPolicy": "bucket policies: moto does not enforce them",
+    "AWS::Lambda::Permission": "invoke permissions: local event sources invoke directly",
+    "AWS::Lambda::LayerVersion": "the layer: its package is installed in the virtualenv",
+}
+RESOURCE_RULES: Final[Mapping[str, Rule]] = {
+    SQS_QUEUE: "create",
+    DYNAMODB_TABLE: "create",
+    S3_BUCKET: "create",
+    LAMBDA_FUNCTION: "run",
+    EVENT_SOURCE_MAPPING: "run",
+    EVENT_INVOKE_CONFIG: "run",
+    EVENTS_RULE: "run",
+    SCHEDULER_SCHEDULE: "run",
+    **dict.fromkeys(SKIPPED_TYPES, "skip"),
+}
+
+
+def resource_rule(resource_type: str) -> tuple[Rule, str]:
+    """What the local runner does with a resource type, and why when it skips it."""
+    if resource_type in SKIPPED_TYPES:
+        return "skip", SKIPPED_TYPES[resource_type]
+    if resource_type in RESOURCE_RULES:
+        return RESOURCE_RULES[resource_type], ""
+    parts = resource_type.split("::")
+    if len(parts) == 3 and parts[0] == "AWS" and parts[1] in SKIPPED_SERVICES:
+        return "skip", SKIPPED_SERVICES[parts[1]]
+    raise TemplateError(
+        f"the local runner has no rule for {resource_type}: add one to "
+        "delayq_local.provision (create it, run it, or skip it and say why)"
+    )
 
 
 @dataclass(frozen=True)
@@ -45,7 +109,8 @@ class ProvisionedResource:
 
 @dataclass(frozen=True)
 class Deployment:
-    """The template as deployed locally: created resources, resolved functions, outputs."""
+    """The template as deployed locally: created resources, resolved functions, outputs, and
+    what was not created or is not run (logical id: why)."""
 
     stack_name: str
     region: str
@@ -53,6 +118,7 @@ class Deployment:
     resources: Mapping[str, ProvisionedResource]
     functions: Mapping[str, FunctionSpec]
     outputs: Mapping[str, Any]
+    skipped: Mapping[str, str] = field(default_factory=dict)
 
     def by_arn(self, arn: str) -> ProvisionedResource:
         """The created resource whose `Arn` (or a table's `StreamArn`) is `arn`."""
@@ -73,18 +139,25 @@ def provision(
     parameters: Mapping[str, str] | None = None,
     overrides: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Deployment:
-    """Create the template's SQS queues, DynamoDB tables and S3 buckets; resolve the rest.
+    """Expand the template (SAM), create its queues, tables and buckets, resolve its functions
+    and event sources, and skip the rest (see `RESOURCE_RULES`).
 
     `overrides`: properties set over the template's, by logical id (a fault test shortens
     the queues' visibility timeouts so that a crashed batch comes back within seconds).
     """
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9-]{0,63}", stack_name):
         raise TemplateError(f"bad stack name {stack_name!r} (letters, digits, hyphens)")
+    values = template.parameter_values(parameters)
+    expanded = template.expand(parameters, endpoint.region)
+    rules = {
+        logical_id: resource_rule(str(resource.get("Type")))
+        for logical_id, resource in expanded.resources.items()
+    }
     account = str(endpoint.client("sts").get_caller_identity()["Account"])
-    lookup = _Lookup(template, stack_name, endpoint.region, account)
+    lookup = _Lookup(expanded, stack_name, endpoint.region, account)
     resolver = Resolver(
-        template=template,
-        parameters=template.parameter_values(parameters),
+        template=expanded,
+        parameters=values,
         pseudo={
             "AWS::StackName": stack_name,
             "AWS::Region": endpoint.region,
@@ -97,20 +170,16 @@ def provision(
         },
         resources=lookup,
     )
-    for logical_id, resource in template.resources.items():
-        function_name = (resource.get("Properties") or {}).get("FunctionName")
-        if resource.get("Type") == SERVERLESS_FUNCTION and function_name is not None:
-            lookup.names[logical_id] = str(resolver.resolve(function_name))
-    creators: Mapping[str, Callable[[_Context, str, dict[str, Any]], ProvisionedResource]] = {
-        SQS_QUEUE: _create_queue,
-        DYNAMODB_TABLE: _create_table,
-        S3_BUCKET: _create_bucket,
-    }
-    wanted = {
+    included = {
         logical_id: resource
-        for logical_id, resource in template.resources.items()
-        if resource.get("Type") in creators and resolver.included(resource)
+        for logical_id, resource in expanded.resources.items()
+        if resolver.included(resource)
     }
+    for logical_id, resource in included.items():
+        function_name = (resource.get("Properties") or {}).get("FunctionName")
+        if resource.get("Type") == LAMBDA_FUNCTION and function_name is not None:
+            lookup.names[logical_id] = str(resolver.resolve(function_name))
+    wanted = {k: r for k, r in included.items() if rules[k][0] == "create"}
     context = _Context(stack_name=stack_name, endpoint=endpoint)
     for logical_id in _creation_order(wanted):
         resource = wanted[logical_id]
@@ -118,14 +187,18 @@ def provision(
             **resolver.resolve(resource.get("Properties") or {}),
             **(overrides or {}).get(logical_id, {}),
         }
-        created = creators[resource["Type"]](context, logical_id, properties)
+        created = _CREATORS[resource["Type"]](context, logical_id, properties)
         lookup.created[logical_id] = created
         log.info("created %s %s: %s", resource["Type"], logical_id, created.ref)
 
-    functions = _functions(template, resolver, lookup)
+    skipped = {k: rules[k][1] for k in included if rules[k][0] == "skip"}
+    running = {k: r for k, r in included.items() if rules[k][0] == "run"}
+    functions = _functions(expanded, running, resolver, lookup, skipped)
+    if skipped:
+        log.info("not created locally: %s", ", ".join(sorted(skipped)))
     outputs = {
         name: resolver.resolve(output.get("Value"))
-        for name, output in (template.body.get("Outputs") or {}).items()
+        for name, output in (expanded.body.get("Outputs") or {}).items()
         if resolver.included(output)
     }
     return Deployment(
@@ -135,38 +208,76 @@ def provision(
         resources=dict(lookup.created),
         functions=functions,
         outputs=outputs,
+        skipped=skipped,
     )
 
 
-def _functions(template: Template, resolver: Resolver, lookup: _Lookup) -> dict[str, FunctionSpec]:
-    """The template's functions, with their SAM `Events` and event source mapping resources."""
-    functions = {}
-    for logical_id, resource in template.resources.items():
-        if resource.get("Type") != SERVERLESS_FUNCTION or not resolver.included(resource):
-            continue
-        merged = merge_globals(template.function_globals, resource.get("Properties") or {})
-        functions[logical_id] = function_spec(
+def _functions(
+    template: Template,
+    running: Mapping[str, Mapping[str, Any]],
+    resolver: Resolver,
+    lookup: _Lookup,
+    skipped: dict[str, str],
+) -> dict[str, FunctionSpec]:
+    """The functions, with their event sources and asynchronous invocation settings. Event
+    sources keep the SAM event's name when the translator made them from one."""
+    functions = {
+        logical_id: function_spec(
             logical_id,
             lookup.ref(logical_id),
             lookup.get_att(logical_id, "Arn"),
-            resolver.resolve(merged),
+            resolver.resolve(resource.get("Properties") or {}),
         )
-    for logical_id, resource in template.resources.items():
-        if resource.get("Type") != EVENT_SOURCE_MAPPING or not resolver.included(resource):
+        for logical_id, resource in running.items()
+        if resource["Type"] == LAMBDA_FUNCTION
+    }
+    for logical_id, resource in running.items():
+        resource_type = resource["Type"]
+        if resource_type == LAMBDA_FUNCTION:
             continue
-        properties = resolver.resolve(resource.get("Properties") or {})
-        target = _function_named(functions, str(properties.get("FunctionName", "")))
-        event = mapping_event(logical_id, properties)
-        functions[target] = replace(functions[target], events=(*functions[target].events, event))
+        props = resolver.resolve(resource.get("Properties") or {})
+        name = template.event_names.get(logical_id, logical_id)
+        if resource_type == EVENT_INVOKE_CONFIG:
+            target = _function_named(functions, str(props.get("FunctionName", "")))
+            functions[target] = with_invoke_config(functions[target], props)
+            continue
+        if resource_type == EVENT_SOURCE_MAPPING:
+            targets: list[tuple[str, EventSpec]] = [
+                (str(props.get("FunctionName", "")), mapping_event(name, props))
+            ]
+        else:
+            targets = list(_schedules(name, props))
+        if not targets:
+            skipped[logical_id] = "a schedule or rule that invokes no function of the template"
+        for function_name, event in targets:
+            target = _function_named(functions, function_name)
+            functions[target] = replace(
+                functions[target], events=(*functions[target].events, event)
+            )
     return functions
 
 
+def _schedules(name: str, props: Mapping[str, Any]) -> list[tuple[str, ScheduleEventSpec]]:
+    """`(function ARN, schedule)` for each function target of an `AWS::Events::Rule` with a
+    `ScheduleExpression` or of an `AWS::Scheduler::Schedule`; other targets are not run."""
+    expression = props.get("ScheduleExpression")
+    if not expression:
+        log.warning("%s: a rule without a schedule (an event pattern) is not emulated", name)
+        return []
+    targets = props.get("Targets") or ([props["Target"]] if "Target" in props else [])
+    return [
+        (str(t["Arn"]), schedule_event(name, str(expression), props.get("State"), t.get("Input")))
+        for t in targets
+        if str(t.get("Arn", "")).startswith("arn:aws:lambda:")
+    ]
+
+
 def _function_named(functions: Mapping[str, FunctionSpec], name: str) -> str:
-    """The logical id of the function an event source mapping's `FunctionName` designates."""
+    """The logical id of the function a `FunctionName` or target `Arn` designates."""
     for logical_id, spec in functions.items():
         if name in (spec.name, spec.arn, logical_id):
             return logical_id
-    raise TemplateError(f"event source mapping for unknown function {name!r}")
+    raise TemplateError(f"an event source or schedule targets unknown function {name!r}")
 
 
 @dataclass
@@ -194,13 +305,13 @@ class _Lookup:
             return attributes[attribute]
         self._not_yet(logical_id)
         resource_type = str(self.template.resources[logical_id].get("Type"))
-        if resource_type == SERVERLESS_FUNCTION and attribute == "Arn":
+        if resource_type == LAMBDA_FUNCTION and attribute == "Arn":
             return f"arn:aws:lambda:{self.region}:{self.account}:function:{self.ref(logical_id)}"
         service = resource_type.split("::")[1].lower() if "::" in resource_type else "local"
         return f"arn:aws:{service}:{self.region}:{self.account}:{logical_id}/{attribute}"
 
     def _not_yet(self, logical_id: str) -> None:
-        if self.template.resources[logical_id].get("Type") in _CREATED_TYPES:
+        if RESOURCE_RULES.get(str(self.template.resources[logical_id].get("Type"))) == "create":
             raise TemplateError(f"{logical_id} is referenced before it exists (or is excluded)")
 
 
@@ -452,6 +563,13 @@ def _create_bucket(
         },
         properties=props,
     )
+
+
+_CREATORS: Final[Mapping[str, Callable[[_Context, str, dict[str, Any]], ProvisionedResource]]] = {
+    SQS_QUEUE: _create_queue,
+    DYNAMODB_TABLE: _create_table,
+    S3_BUCKET: _create_bucket,
+}
 
 
 def _encryption_rule(rule: Mapping[str, Any]) -> dict[str, Any]:

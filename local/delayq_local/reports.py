@@ -1,14 +1,21 @@
-"""`delayq report`: export the local stack's table the way AWS does, and run both Spark jobs."""
+"""`delayq report`: export the local stack's table the way AWS does, and run both Spark jobs.
+
+PySpark is imported only here, when the reports run: `make demo` installs the local stack
+without it (`make venv` installs everything).
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from delayq_local.exceptions import LocalStackError
 from delayq_local.stack import EmbeddedStack
-from delayq_reports.local import LocalReports, run_reports
+
+if TYPE_CHECKING:
+    from delayq_reports.local import LocalReports
 
 EXPORT_PREFIX = "exports"
 
@@ -39,8 +46,20 @@ def export_table(stack: EmbeddedStack, timeout_seconds: float = 120.0) -> str:
     return f"s3://{bucket}/{EXPORT_PREFIX}"
 
 
+def require_spark() -> None:
+    """Fail before any work when PySpark is not installed, and say how to install it."""
+    if importlib.util.find_spec("pyspark") is None:
+        raise LocalStackError(
+            "the reports need PySpark (and Java 17): `make venv` installs it "
+            "(`make demo` installs the local stack only)"
+        )
+
+
 def export_and_report(stack: EmbeddedStack, output: Path, out: TextIO) -> LocalReports:
     """Export the table, then run the delivery report and the backlog forecast on it."""
+    require_spark()
+    from delayq_reports.local import run_reports  # noqa: PLC0415 (PySpark, see the docstring)
+
     export = export_table(stack)
     out.write(f"table exported to {export}; running the Spark reports (local[2])\n")
     return run_reports(export, str(output), s3_client=stack.client("s3"))

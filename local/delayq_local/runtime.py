@@ -10,9 +10,11 @@ from __future__ import annotations
 import importlib.util
 import logging
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,24 @@ from delayq_local.exceptions import HandlerLoadError
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Any, Any], Any]
+_caller = threading.local()
+
+
+def current_function() -> str:
+    """The logical id of the function on whose behalf this thread runs ("" if none): set for
+    the length of each invocation, so that AWS calls can be attributed to their function."""
+    return str(getattr(_caller, "function", ""))
+
+
+@contextmanager
+def acting_as(function: str) -> Iterator[None]:
+    """Attribute what this thread does meanwhile to `function` (a logical id)."""
+    previous = current_function()
+    _caller.function = function
+    try:
+        yield
+    finally:
+        _caller.function = previous
 
 
 class RuntimeCrash(BaseException):
@@ -88,13 +108,15 @@ class Invocation:
 
 @dataclass(frozen=True)
 class LocalFunction:
-    """A function to invoke locally: its name, limits, and how to load a fresh handler."""
+    """A function to invoke locally: its name, limits, and how to load a fresh handler.
+    `logical_id`: its id in the template (`current_function()` during its invocations)."""
 
     name: str
     loader: Callable[[], Handler]
     timeout_seconds: float = 3.0
     memory_mb: int = 128
     arn: str = ""
+    logical_id: str = ""
 
     @classmethod
     def of(
@@ -132,7 +154,8 @@ class ExecutionEnvironment:
         response: Any = None
         error: BaseException | None = None
         try:
-            response = self.handler(event, context)
+            with acting_as(self.function.logical_id):
+                response = self.handler(event, context)
         # The runtime turns any exception into a function error; it is recorded, not dropped.
         except Exception as e:
             error = e

@@ -1,26 +1,27 @@
-"""Functions and their event sources, as the template declares them (resolved, typed, defaulted).
+"""Functions and their event sources, read from the CloudFormation resources that create them
+in AWS (resolved, typed, defaulted): `AWS::Lambda::Function`, `AWS::Lambda::EventInvokeConfig`,
+`AWS::Lambda::EventSourceMapping`, and the schedules (`AWS::Events::Rule`,
+`AWS::Scheduler::Schedule`) that invoke a function.
 
-Defaults are Lambda's own (batch sizes, batching windows, retry counts), so a template that
-leaves a property out behaves locally as it would in AWS.
+Defaults are Lambda's own (timeout, memory, batch sizes, batching windows, retry counts), so a
+template that leaves a property out behaves locally as it would in AWS.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
 from delayq_local.exceptions import TemplateError
 from delayq_local.filters import EventFilter
+from delayq_local.template import LOCAL_CODE_BUCKET
 
-log = logging.getLogger(__name__)
-
-SAM_DEFAULT_TIMEOUT_SECONDS: Final = 3
-SAM_DEFAULT_MEMORY_MB: Final = 128
+LAMBDA_DEFAULT_TIMEOUT_SECONDS: Final = 3
+LAMBDA_DEFAULT_MEMORY_MB: Final = 128
 ASYNC_DEFAULT_RETRY_ATTEMPTS: Final = 2
 
 
@@ -89,7 +90,8 @@ EventSpec = SqsEventSpec | KafkaEventSpec | ScheduleEventSpec | StreamEventSpec
 
 @dataclass(frozen=True)
 class FunctionSpec:
-    """One `AWS::Serverless::Function`: `Globals.Function` merged in, intrinsics resolved."""
+    """One `AWS::Lambda::Function` (SAM's `Globals` merged in), intrinsics resolved, with its
+    event sources and its asynchronous invocation settings."""
 
     logical_id: str
     name: str
@@ -112,104 +114,76 @@ class FunctionSpec:
         return root / self.code_uri / (module.replace(".", "/") + ".py"), attribute
 
 
-def merge_globals(globals_: Mapping[str, Any], properties: Mapping[str, Any]) -> dict[str, Any]:
-    """SAM's merge: maps merge key by key (the function wins), lists append, scalars override."""
-    merged: dict[str, Any] = dict(globals_)
-    for key, value in properties.items():
-        base = merged.get(key)
-        if isinstance(base, Mapping) and isinstance(value, Mapping):
-            merged[key] = merge_globals(base, value)
-        elif isinstance(base, list) and isinstance(value, list):
-            merged[key] = base + value
-        else:
-            merged[key] = value
-    return merged
-
-
 def function_spec(
     logical_id: str, name: str, arn: str, properties: Mapping[str, Any]
 ) -> FunctionSpec:
-    """Build a `FunctionSpec` from resolved, globals-merged properties."""
-    code_uri = properties.get("CodeUri", ".")
-    if not isinstance(code_uri, str):
+    """Build a `FunctionSpec` from an `AWS::Lambda::Function`'s resolved properties."""
+    code = properties.get("Code") or {}
+    if code.get("S3Bucket") != LOCAL_CODE_BUCKET:
         raise TemplateError(f"{logical_id}: CodeUri must be a local path to run locally")
     if "Handler" not in properties:
         raise TemplateError(f"{logical_id}: no Handler")
     variables = (properties.get("Environment") or {}).get("Variables") or {}
-    events = []
-    for event_name, event in (properties.get("Events") or {}).items():
-        parser = _EVENT_PARSERS.get(str(event.get("Type")))
-        if parser is None:
-            log.warning(
-                "%s: event %s of type %s is not emulated", logical_id, event_name, event.get("Type")
-            )
-            continue
-        events.append(parser(event_name, str(event["Type"]), event.get("Properties") or {}))
-    dlq = properties.get("DeadLetterQueue") or {}
-    invoke_config = properties.get("EventInvokeConfig") or {}
-    on_failure = (invoke_config.get("DestinationConfig") or {}).get("OnFailure") or {}
     return FunctionSpec(
         logical_id=logical_id,
         name=name,
         arn=arn,
-        code_uri=code_uri,
+        code_uri=str(code.get("S3Key") or "."),
         handler=str(properties["Handler"]),
-        timeout_seconds=float(properties.get("Timeout", SAM_DEFAULT_TIMEOUT_SECONDS)),
-        memory_mb=int(properties.get("MemorySize", SAM_DEFAULT_MEMORY_MB)),
+        timeout_seconds=float(properties.get("Timeout", LAMBDA_DEFAULT_TIMEOUT_SECONDS)),
+        memory_mb=int(properties.get("MemorySize", LAMBDA_DEFAULT_MEMORY_MB)),
         environment={str(k): env_string(v) for k, v in variables.items()},
-        events=tuple(events),
-        dead_letter_arn=dlq.get("TargetArn"),
+        events=(),
+        dead_letter_arn=(properties.get("DeadLetterConfig") or {}).get("TargetArn"),
+    )
+
+
+def with_invoke_config(spec: FunctionSpec, properties: Mapping[str, Any]) -> FunctionSpec:
+    """`spec` with an `AWS::Lambda::EventInvokeConfig`'s retries and on-failure destination."""
+    on_failure = (properties.get("DestinationConfig") or {}).get("OnFailure") or {}
+    return replace(
+        spec,
         async_retry_attempts=int(
-            invoke_config.get("MaximumRetryAttempts", ASYNC_DEFAULT_RETRY_ATTEMPTS)
+            properties.get("MaximumRetryAttempts", ASYNC_DEFAULT_RETRY_ATTEMPTS)
         ),
         async_on_failure_arn=on_failure.get("Destination"),
     )
 
 
-def mapping_event(logical_id: str, props: Mapping[str, Any]) -> EventSpec:
-    """An `AWS::Lambda::EventSourceMapping` resource as the event it is (named by its id).
-
-    Its properties are SAM's event properties under other names; they are renamed, then parsed
-    by the same code as the function's `Events`.
-    """
+def mapping_event(name: str, props: Mapping[str, Any]) -> EventSpec:
+    """An `AWS::Lambda::EventSourceMapping` as the event source it is, by its source's kind."""
     arn = str(props.get("EventSourceArn") or "")
-    common = {k: v for k, v in props.items() if k not in _MAPPING_ONLY}
     if "SelfManagedEventSource" in props:
         endpoints = props["SelfManagedEventSource"].get("Endpoints") or {}
         config = props.get("SelfManagedKafkaEventSourceConfig") or {}
         return _kafka(
-            logical_id,
-            "SelfManagedKafka",
-            {
-                **common,
-                "KafkaBootstrapServers": endpoints.get("KafkaBootstrapServers"),
-                "ConsumerGroupId": config.get("ConsumerGroupId"),
-            },
+            name, "SelfManagedKafka", props, endpoints.get("KafkaBootstrapServers"), config
         )
     service = arn.split(":")[2] if arn.count(":") >= 2 else ""
     if service == "kafka":
         config = props.get("AmazonManagedKafkaEventSourceConfig") or {}
-        return _kafka(
-            logical_id,
-            "MSK",
-            {**common, "Stream": arn, "ConsumerGroupId": config.get("ConsumerGroupId")},
-        )
+        return _kafka(name, "MSK", props, None, config)
     if service == "sqs":
-        return _sqs(logical_id, "SQS", {**common, "Queue": arn})
+        return _sqs(name, props)
     if service == "dynamodb":
-        return _stream(logical_id, "DynamoDB", {**common, "Stream": arn})
-    raise TemplateError(f"{logical_id}: event source {arn or '?'} is not emulated")
+        return _stream(name, props)
+    raise TemplateError(f"{name}: event source {arn or '?'} is not emulated")
 
 
-_MAPPING_ONLY: Final = frozenset(
-    {
-        "FunctionName",
-        "EventSourceArn",
-        "SelfManagedEventSource",
-        "SelfManagedKafkaEventSourceConfig",
-        "AmazonManagedKafkaEventSourceConfig",
-    }
-)
+def schedule_event(name: str, expression: str, state: Any, raw_input: Any) -> ScheduleEventSpec:
+    """A schedule (an `AWS::Events::Rule` or an `AWS::Scheduler::Schedule`) of one function:
+    its expression, `State`, and the target's `Input` (JSON text)."""
+    try:
+        payload = json.loads(raw_input) if isinstance(raw_input, str) else raw_input
+    except json.JSONDecodeError as e:
+        raise TemplateError(f"{name}: schedule Input is not JSON") from e
+    return ScheduleEventSpec(
+        name=name,
+        expression=expression,
+        period_seconds=rate_seconds(expression),
+        input=payload,
+        enabled=str(state or "ENABLED").upper() == "ENABLED",
+    )
 
 
 def env_string(value: Any) -> str:
@@ -242,9 +216,6 @@ def _bool(value: Any) -> bool:
 
 
 def _enabled(props: Mapping[str, Any]) -> bool:
-    state = props.get("State")
-    if state is not None:
-        return str(state).upper() == "ENABLED"
     return _bool(props.get("Enabled", True))
 
 
@@ -252,12 +223,12 @@ def _reports_item_failures(props: Mapping[str, Any]) -> bool:
     return "ReportBatchItemFailures" in (props.get("FunctionResponseTypes") or [])
 
 
-def _sqs(name: str, _kind: str, props: Mapping[str, Any]) -> SqsEventSpec:
+def _sqs(name: str, props: Mapping[str, Any]) -> SqsEventSpec:
     scaling = props.get("ScalingConfig") or {}
     concurrency = scaling.get("MaximumConcurrency")
     return SqsEventSpec(
         name=name,
-        queue_arn=str(props["Queue"]),
+        queue_arn=str(props["EventSourceArn"]),
         batch_size=int(props.get("BatchSize", 10)),
         batching_window_seconds=float(props.get("MaximumBatchingWindowInSeconds", 0)),
         report_batch_item_failures=_reports_item_failures(props),
@@ -267,10 +238,15 @@ def _sqs(name: str, _kind: str, props: Mapping[str, Any]) -> SqsEventSpec:
     )
 
 
-def _kafka(name: str, kind: str, props: Mapping[str, Any]) -> KafkaEventSpec:
+def _kafka(
+    name: str,
+    kind: str,
+    props: Mapping[str, Any],
+    servers: list[str] | None,
+    config: Mapping[str, Any],
+) -> KafkaEventSpec:
     topics = props.get("Topics") or []
-    servers = props.get("KafkaBootstrapServers")
-    group = props.get("ConsumerGroupId")
+    group = config.get("ConsumerGroupId")
     return KafkaEventSpec(
         name=name,
         kind=kind,
@@ -279,34 +255,18 @@ def _kafka(name: str, kind: str, props: Mapping[str, Any]) -> KafkaEventSpec:
         batch_size=int(props.get("BatchSize", 100)),
         batching_window_seconds=float(props.get("MaximumBatchingWindowInSeconds", 0.5)),
         consumer_group_id=str(group) if group else None,
-        source_arn=str(props["Stream"]) if props.get("Stream") else None,
+        source_arn=str(props["EventSourceArn"]) if props.get("EventSourceArn") else None,
         bootstrap_servers=",".join(servers) if servers else None,
         filter=EventFilter.from_criteria(props.get("FilterCriteria")),
         enabled=_enabled(props),
     )
 
 
-def _schedule(name: str, _kind: str, props: Mapping[str, Any]) -> ScheduleEventSpec:
-    expression = str(props.get("Schedule") or props.get("ScheduleExpression") or "")
-    raw_input = props.get("Input")
-    try:
-        payload = json.loads(raw_input) if isinstance(raw_input, str) else raw_input
-    except json.JSONDecodeError as e:
-        raise TemplateError(f"{name}: schedule Input is not JSON") from e
-    return ScheduleEventSpec(
-        name=name,
-        expression=expression,
-        period_seconds=rate_seconds(expression),
-        input=payload,
-        enabled=_enabled(props),
-    )
-
-
-def _stream(name: str, _kind: str, props: Mapping[str, Any]) -> StreamEventSpec:
+def _stream(name: str, props: Mapping[str, Any]) -> StreamEventSpec:
     destination = (props.get("DestinationConfig") or {}).get("OnFailure") or {}
     return StreamEventSpec(
         name=name,
-        stream_arn=str(props["Stream"]),
+        stream_arn=str(props["EventSourceArn"]),
         starting_position=str(props.get("StartingPosition", "TRIM_HORIZON")),
         batch_size=int(props.get("BatchSize", 100)),
         batching_window_seconds=float(props.get("MaximumBatchingWindowInSeconds", 0)),
@@ -318,13 +278,3 @@ def _stream(name: str, _kind: str, props: Mapping[str, Any]) -> StreamEventSpec:
         filter=EventFilter.from_criteria(props.get("FilterCriteria")),
         enabled=_enabled(props),
     )
-
-
-_EVENT_PARSERS: Final[Mapping[str, Callable[[str, str, Mapping[str, Any]], EventSpec]]] = {
-    "SQS": _sqs,
-    "MSK": _kafka,
-    "SelfManagedKafka": _kafka,
-    "Schedule": _schedule,
-    "ScheduleV2": _schedule,
-    "DynamoDB": _stream,
-}

@@ -27,8 +27,8 @@ from typing import Any, Final, Self
 from confluent_kafka.admin import AdminClient
 
 from delayq import constants as c
+from delayq.clock import handler_clock, set_handler_clock
 from delayq_local.aws import DEFAULT_REGION, AwsEndpoint, MotoServer, localstack_endpoint
-from delayq_local.cfn import Template, load_template
 from delayq_local.exceptions import LocalStackError, ProvisionError
 from delayq_local.faults import ActiveFaults, FaultPlan
 from delayq_local.kafka_mock import CONSUMER_TUNING, MockKafkaCluster
@@ -50,6 +50,7 @@ from delayq_local.specs import (
     SqsEventSpec,
     StreamEventSpec,
 )
+from delayq_local.template import Template, load_template
 
 log = logging.getLogger(__name__)
 
@@ -389,14 +390,22 @@ class EmbeddedStack:
             def loader() -> Handler:
                 name = f"{prefix}_{next(_module_numbers)}"
                 self._modules.append(name)
+                skewed = self.faults.handler_clock(spec.logical_id) if self.faults else None
+                if skewed is not None:
+                    set_handler_clock(name, skewed)
                 with environ_during(environ):
                     handler = load_handler(path, attribute, name)
-                if self.faults is None:
-                    return handler
-                return self.faults.wrap(spec.logical_id, sys.modules[name], handler)
+                # The module took its clock when imported; one still set was never taken.
+                if skewed is not None and handler_clock(name) is skewed:
+                    raise LocalStackError(
+                        f"{spec.logical_id}: {path} does not take its clock from "
+                        "delayq.clock.handler_clock, so its clock cannot be skewed"
+                    )
+                return handler
 
         return LocalFunction(
             name=spec.name,
+            logical_id=spec.logical_id,
             loader=loader,
             timeout_seconds=spec.timeout_seconds,
             memory_mb=spec.memory_mb,

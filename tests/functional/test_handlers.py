@@ -45,7 +45,7 @@ def env(aws: AwsResources, monkeypatch: pytest.MonkeyPatch) -> AwsResources:
 
 def handler(name: str, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     module = load_handler(name)
-    monkeypatch.setattr(module, "system_clock", clock)
+    monkeypatch.setattr(module, "clock", clock)
     return module
 
 

@@ -5,6 +5,7 @@ really fired. Duplicates and lateness are printed and collected into `results/fa
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 from collections.abc import Iterator, Mapping
@@ -233,8 +234,11 @@ def measured() -> Iterator[dict[str, Any]]:
     if not figures:
         return
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    known = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
-    RESULTS.write_text(json.dumps({**known, **figures}, indent=2, sort_keys=True) + "\n")
+    # Test workers (pytest-xdist) run scenarios in parallel: one merges its figures at a time.
+    with RESULTS.with_suffix(".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        known = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+        RESULTS.write_text(json.dumps({**known, **figures}, indent=2, sort_keys=True) + "\n")
     print(f"\nfault scenarios ({RESULTS}):")
     for name, f in figures.items():
         late, seen = f["lateness_ms"], f["seen_by_consumer_ms"]

@@ -4,8 +4,7 @@ clients, as often as its budget says."""
 
 from __future__ import annotations
 
-import sys
-import types
+import time
 import uuid
 from collections.abc import Iterator
 from functools import partial
@@ -26,11 +25,10 @@ from delayq_local.faults import (
     PartialBatch,
     PauseSource,
     ServerError,
+    Stack,
     Throttle,
-    acting_as,
 )
-from delayq_local.runtime import LocalFunction, RuntimeCrash
-from delayq_local.stack import EmbeddedStack
+from delayq_local.runtime import LocalFunction, RuntimeCrash, acting_as, current_function
 
 pytestmark = pytest.mark.integration
 
@@ -299,17 +297,28 @@ def test_a_crash_escapes_the_handler_and_is_a_function_error() -> None:
     assert invocation.describe_error()[0] == "Runtime.ExitError"
 
 
-def test_a_skewed_module_clock() -> None:
-    module = types.ModuleType("fake_handler")
-    module.system_clock = lambda: 1_000  # type: ignore[attr-defined]
-    sys.modules["fake_handler"] = module
-    try:
-        FaultPlan(clock_skew_ms={FUNCTION: -2000}).install().wrap(
-            FUNCTION, module, lambda e, c: None
-        )
-        assert abs(module.system_clock() - (__import__("time").time_ns() // 10**6 - 2000)) < 50
-    finally:
-        del sys.modules["fake_handler"]
+def test_a_skewed_clock_is_offered_to_the_skewed_function_only() -> None:
+    faults = FaultPlan(clock_skew_ms={FUNCTION: -2000}).install()
+
+    skewed = faults.handler_clock(FUNCTION)
+
+    assert skewed is not None
+    assert abs(skewed() - (time.time_ns() // 10**6 - 2000)) < 50
+    assert faults.handler_clock("EmitterFunction") is None
+
+
+def test_an_invocation_is_attributed_to_its_function() -> None:
+    seen: list[str] = []
+    function = LocalFunction(
+        name="stack-EmitterFunction",
+        logical_id="EmitterFunction",
+        loader=lambda: lambda _event, _context: seen.append(current_function()),
+    )
+
+    function.environment().invoke({})
+
+    assert seen == ["EmitterFunction"]
+    assert current_function() == ""
 
 
 class _Source:
@@ -335,7 +344,7 @@ class _Stack:
 def test_timed_faults_run_in_order_and_are_undone() -> None:
     stack = _Stack()
     faults = FaultPlan(timed=(PauseSource("TimerFunction", at=2.0, seconds=5.0),)).install()
-    as_stack = cast(EmbeddedStack, stack)
+    as_stack = cast(Stack, stack)
 
     faults.step(as_stack, 1.0)
     assert stack.timer.calls == []

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
-from moto.sqs import models as sqs_models
 
 from delayq_local import (
     AwsEndpoint,
@@ -17,11 +15,10 @@ from delayq_local import (
     TemplateError,
     load_template,
     loads_template,
-    moto_fixes,
     provision,
     reachable,
 )
-from delayq_local.aws import DEFAULT_ACCOUNT
+from delayq_local.provision import resource_rule
 from delayq_local.specs import KafkaEventSpec, ScheduleEventSpec, SqsEventSpec, StreamEventSpec
 from tests.integration.support import PROJECT_ROOT
 
@@ -39,6 +36,7 @@ EXPECTED_RESOURCES = {
     "PayloadBucket": "AWS::S3::Bucket",
     "AnalyticsBucket": "AWS::S3::Bucket",
 }
+CREATED_TYPES = {"AWS::SQS::Queue", "AWS::DynamoDB::Table", "AWS::S3::Bucket"}
 EXPECTED_FUNCTIONS = {
     "IngestFunction": KafkaEventSpec,
     "TimerFunction": ScheduleEventSpec,
@@ -58,53 +56,6 @@ def queue_attributes(endpoint: AwsEndpoint, url: str) -> dict[str, str]:
 def test_the_moto_server_answers_on_loopback(moto_server: MotoServer) -> None:
     assert moto_server.endpoint_url.startswith("http://127.0.0.1:")
     assert reachable(moto_server.endpoint_url)
-
-
-def test_moto_keeps_its_retention_semantics_with_the_speedups(
-    moto_server: MotoServer, endpoint: AwsEndpoint, stack_name: str
-) -> None:
-    sqs = endpoint.client("sqs")
-    url = sqs.create_queue(QueueName=stack_name, Attributes={"MessageRetentionPeriod": "60"})[
-        "QueueUrl"
-    ]
-    sqs.send_message(QueueUrl=url, MessageBody="new")
-    sqs.send_message(QueueUrl=url, MessageBody="old")
-    backend = sqs_models.sqs_backends[DEFAULT_ACCOUNT]["us-east-1"]
-    old = backend.get_queue(stack_name)._messages[1]
-    vars(old)["sent_timestamp"] = int(old.sent_timestamp or 0) - 61_000  # sent 61 s earlier
-
-    received = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
-
-    assert vars(sqs_models)["unix_time_millis"] is moto_fixes._unix_time_millis
-    assert [m["Body"] for m in received] == ["new"]
-    assert abs(vars(sqs_models)["unix_time"]() - time.time()) < 1
-
-
-def test_fifo_deduplication_lasts_five_minutes_even_after_a_delete(
-    moto_server: MotoServer, endpoint: AwsEndpoint, stack_name: str
-) -> None:
-    sqs = endpoint.client("sqs")
-    url = sqs.create_queue(QueueName=f"{stack_name}.fifo", Attributes={"FifoQueue": "true"})[
-        "QueueUrl"
-    ]
-
-    def send(body: str, dedup: str) -> None:
-        sqs.send_message(
-            QueueUrl=url, MessageBody=body, MessageGroupId="ticks", MessageDeduplicationId=dedup
-        )
-
-    def receive() -> list[str]:
-        messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
-        for m in messages:
-            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
-        return [m["Body"] for m in messages]
-
-    send("first", "tick-1")
-    assert receive() == ["first"]
-    send("again", "tick-1")  # deleted already, but within 5 minutes: a duplicate
-    send("next", "tick-2")
-
-    assert receive() == ["next"]
 
 
 def test_reachable_is_false_for_a_closed_port() -> None:
@@ -268,8 +219,9 @@ def test_a_bad_stack_name_is_refused(fixture_template: Template, endpoint: AwsEn
 def test_the_real_template_provisions_and_wires_every_function(
     endpoint: AwsEndpoint, stack_name: str
 ) -> None:
+    template = load_template(PROJECT_ROOT / "template.yaml")
     deployment = provision(
-        load_template(PROJECT_ROOT / "template.yaml"),
+        template,
         stack_name,
         endpoint,
         {
@@ -289,3 +241,106 @@ def test_the_real_template_provisions_and_wires_every_function(
         assert path.is_file(), path
         assert attribute == "handler"
         assert spec.environment["DELAYQ_LOOKAHEAD_SECONDS"] == "840"  # from Globals
+    created = set(deployment.resources)
+    assert created == {k for k, r in template.resources.items() if r["Type"] in CREATED_TYPES}
+    assert "invokes no function" in deployment.skipped["DailyExportSchedule"]
+    assert {"IngestRole", "DeliveryReportJob", "DelayQueueAgeAlarm"} <= set(deployment.skipped)
+
+
+def test_every_resource_type_has_a_rule_and_unknown_types_are_refused() -> None:
+    assert resource_rule("AWS::SQS::Queue") == ("create", "")
+    assert resource_rule("AWS::Lambda::EventSourceMapping") == ("run", "")
+    assert resource_rule("AWS::CloudWatch::Dashboard")[0] == "skip"  # by service
+    assert resource_rule("AWS::S3::BucketPolicy")[0] == "skip"  # by type
+    with pytest.raises(TemplateError, match=r"no rule for AWS::Pipes::Pipe"):
+        resource_rule("AWS::Pipes::Pipe")
+
+
+def test_a_template_with_an_unknown_resource_type_is_refused(
+    endpoint: AwsEndpoint, stack_name: str
+) -> None:
+    template = loads_template("Resources:\n  P:\n    Type: AWS::Pipes::Pipe\n")
+
+    with pytest.raises(TemplateError, match="no rule for AWS::Pipes::Pipe"):
+        provision(template, stack_name, endpoint)
+
+
+def test_event_sources_keep_the_names_of_their_sam_events(deployment: Deployment) -> None:
+    names = {
+        logical_id: [event.name for event in spec.events]
+        for logical_id, spec in deployment.functions.items()
+    }
+
+    assert names == {
+        "IngestFunction": ["IngestMskEventSource"],  # a mapping resource: its logical id
+        "TimerFunction": ["Tick"],
+        "SchedulerFunction": ["Ticks"],
+        "EmitterFunction": ["Due"],
+        "CleanupFunction": ["Expired"],
+    }
+
+
+SCHEDULES = """
+Transform: AWS::Serverless-2016-10-31
+Resources:
+  Fn:
+    Type: AWS::Serverless::Function
+    Properties:
+      CodeUri: functions/timer/
+      Handler: app.handler
+      Runtime: python3.12
+      Events:
+        Rule:
+          Type: Schedule
+          Properties:
+            Schedule: rate(5 minutes)
+            Input: '{"source": "rule"}'
+        Scheduler:
+          Type: ScheduleV2
+          Properties:
+            ScheduleExpression: rate(1 hour)
+            State: DISABLED
+  Export:
+    Type: AWS::Scheduler::Schedule
+    Properties:
+      ScheduleExpression: rate(1 day)
+      FlexibleTimeWindow: {Mode: "OFF"}
+      Target:
+        Arn: arn:aws:scheduler:::aws-sdk:dynamodb:exportTableToPointInTime
+        RoleArn: arn:aws:iam::123456789012:role/export
+"""
+
+
+def test_schedules_that_invoke_a_function_are_run_and_others_are_skipped(
+    endpoint: AwsEndpoint, stack_name: str
+) -> None:
+    deployment = provision(loads_template(SCHEDULES), stack_name, endpoint)
+
+    rule, scheduler = deployment.functions["Fn"].events
+    assert isinstance(rule, ScheduleEventSpec)
+    assert (rule.name, rule.period_seconds, rule.input, rule.enabled) == (
+        "Rule",
+        300,
+        {"source": "rule"},
+        True,
+    )
+    assert isinstance(scheduler, ScheduleEventSpec)
+    assert (scheduler.name, scheduler.period_seconds, scheduler.enabled) == (
+        "Scheduler",
+        3600,
+        False,
+    )
+    assert "invokes no function" in deployment.skipped["Export"]
+    assert "permissions" in deployment.skipped["FnRole"]  # the role SAM made for the function
+
+
+def test_the_sam_translator_refusal_is_a_template_error(
+    endpoint: AwsEndpoint, stack_name: str
+) -> None:
+    template = loads_template(
+        "Transform: AWS::Serverless-2016-10-31\nResources:\n"
+        "  Fn:\n    Type: AWS::Serverless::Function\n    Properties: {Handler: app.handler}\n"
+    )
+
+    with pytest.raises(TemplateError, match="Invalid Serverless Application"):
+        provision(template, stack_name, endpoint)

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from delayq_local import EmbeddedStack, MotoServer, StackConfig, reachable
+from delayq_local import EmbeddedStack, LocalStackError, MotoServer, StackConfig, reachable
 from delayq_local.aws import localstack_endpoint
+from delayq_local.faults import FaultPlan
 from delayq_local.sources import (
     KafkaEventSource,
     ScheduleEventSource,
@@ -155,6 +156,65 @@ def test_handlers_load_from_their_files_with_their_own_environment(
         "function": f"{stack_name}-EmitterFunction",
     }
     assert sys.path == path_before
+
+
+SKEWED_APP = '''
+"""A probe handler that takes its clock as every handler does, and records what it reads."""
+import json
+import os
+import time
+
+from delayq.clock import handler_clock
+
+clock = handler_clock(__name__)
+
+def handler(event, context):
+    with open(os.environ["PROBE_FILE"], "a") as probe:
+        probe.write(json.dumps({"clock": clock(), "true": time.time_ns() // 1_000_000}) + "\\n")
+    return {"batchItemFailures": []}
+'''
+
+
+def project(tmp_path: Path, app: str) -> Path:
+    """A project folder with the fixture template and `app` as the emitter's handler."""
+    shutil.copy(FIXTURES / "template.yaml", tmp_path / "template.yaml")
+    (tmp_path / "functions" / "emitter").mkdir(parents=True)
+    (tmp_path / "functions" / "emitter" / "app.py").write_text(app)
+    return tmp_path
+
+
+def emitter_only(root: Path, stack_name: str, probe: Path, skew_ms: int) -> StackConfig:
+    return StackConfig(
+        project_root=root,
+        stack_name=stack_name,
+        functions=frozenset({"EmitterFunction"}),
+        environment={"PROBE_FILE": str(probe)},
+        concurrency={"EmitterFunction": 1},
+        emulate_ttl=False,
+        faults=FaultPlan(clock_skew_ms={"EmitterFunction": skew_ms}),
+    )
+
+
+def test_clock_skew_reaches_the_handler_through_its_clock(tmp_path: Path, stack_name: str) -> None:
+    probe = tmp_path / "probe.jsonl"
+    config = emitter_only(project(tmp_path, SKEWED_APP), stack_name, probe, 60_000)
+
+    with EmbeddedStack(config) as stack:
+        queue = stack.deployment.resources["DelayQueue"].ref
+        stack.client("sqs").send_message(QueueUrl=queue, MessageBody="due")
+        assert wait_until(lambda: probe.exists() and probe.read_text().strip() != "", 20)
+
+    seen = json.loads(probe.read_text().splitlines()[0])
+    assert 59_000 < seen["clock"] - seen["true"] <= 60_000
+
+
+def test_a_handler_that_does_not_take_its_clock_cannot_be_skewed(
+    tmp_path: Path, stack_name: str
+) -> None:
+    config = emitter_only(project(tmp_path, APP), stack_name, tmp_path / "probe.jsonl", 1_000)
+
+    with pytest.raises(LocalStackError, match="does not take its clock"):
+        EmbeddedStack(config).start()
 
 
 def test_a_configured_endpoint_replaces_the_embedded_moto(

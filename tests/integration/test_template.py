@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from delayq_local import TemplateError, loads_template
-from delayq_local.cfn import Resolver, Template
+from delayq_local.intrinsics import Resolver
+from delayq_local.template import Template
 
 pytestmark = pytest.mark.integration
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
@@ -51,3 +52,12 @@ def delivered(*deliveries: tuple[str, int, int], instance_id: str = "i-1") -> li
     for target, due_ms, emitted_ms in deliveries:
         acc.add(target, due_ms, emitted_ms)
     return acc.flush_all()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`--dist loadgroup`), the Spark tier runs on one worker: one JVM and one
+    session instead of one per worker."""
+    spark_tier = Path(__file__).parent
+    for item in items:
+        if spark_tier in item.path.parents:
+            item.add_marker(pytest.mark.xdist_group("spark"))

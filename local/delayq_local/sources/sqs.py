@@ -68,6 +68,11 @@ class SqsEventSource(EventSource):
         self._idle = threading.Semaphore(concurrency)
         self._batches: queue.Queue[list[dict[str, Any]]] = queue.Queue()
 
+    @property
+    def sqs(self) -> Any:
+        """The SQS client this source receives and deletes with (callers may hook its events)."""
+        return self._sqs
+
     def _work(self, index: int) -> None:
         if index == self.concurrency:
             self._poll()

@@ -1,9 +1,6 @@
-"""CloudFormation/SAM templates: a YAML loader for the short tags, and an intrinsic resolver.
-
-`load_template` turns `!Ref X`, `!GetAtt A.B`, `!Sub ...` and the other short tags into their long
-forms (`{"Ref": "X"}`, `{"Fn::GetAtt": ["A", "B"]}`, ...), so the rest of the runner sees one
-shape. `Resolver` evaluates those forms against parameter values, pseudo parameters, conditions
-and a lookup of the resources the runner created.
+"""The intrinsic functions a CloudFormation template still holds after the SAM transform,
+evaluated against parameter values, pseudo parameters, conditions and the resources the local
+runner created (`Ref`, `Fn::GetAtt`, `Fn::Sub`, `Fn::If` and the condition functions, ...).
 """
 
 from __future__ import annotations
@@ -13,110 +10,10 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final, Protocol
 
-import yaml
-
 from delayq_local.exceptions import TemplateError
-
-
-class _Loader(yaml.SafeLoader):  # type: ignore[misc] # PyYAML ships no type hints
-    """SafeLoader with CloudFormation's short tags; dates stay strings (the format version)."""
-
-
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-
-
-def _construct_intrinsic(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
-    value: Any
-    if isinstance(node, yaml.ScalarNode):
-        value = loader.construct_scalar(node)
-    elif isinstance(node, yaml.SequenceNode):
-        value = loader.construct_sequence(node, deep=True)
-    else:
-        value = loader.construct_mapping(node, deep=True)
-    if suffix in ("Ref", "Condition"):
-        return {suffix: value}
-    if suffix == "GetAtt" and isinstance(value, str):
-        value = value.split(".", 1)
-    return {f"Fn::{suffix}": value}
-
-
-_Loader.add_multi_constructor("!", _construct_intrinsic)
-
-
-@dataclass(frozen=True)
-class Template:
-    """A parsed template: the document as long-form dicts, plus where it came from."""
-
-    body: Mapping[str, Any]
-    path: Path | None = None
-
-    @property
-    def resources(self) -> Mapping[str, Mapping[str, Any]]:
-        """`Resources`, by logical id."""
-        resources: Mapping[str, Mapping[str, Any]] = self.body.get("Resources") or {}
-        return resources
-
-    @property
-    def parameters(self) -> Mapping[str, Mapping[str, Any]]:
-        """`Parameters`, by name."""
-        parameters: Mapping[str, Mapping[str, Any]] = self.body.get("Parameters") or {}
-        return parameters
-
-    @property
-    def function_globals(self) -> Mapping[str, Any]:
-        """SAM `Globals.Function` (merged into every `AWS::Serverless::Function`)."""
-        globals_: Mapping[str, Any] = (self.body.get("Globals") or {}).get("Function") or {}
-        return globals_
-
-    def parameter_values(self, overrides: Mapping[str, str] | None = None) -> dict[str, Any]:
-        """Each parameter's value: the override, else its `Default`; lists split on commas."""
-        overrides = dict(overrides or {})
-        unknown = sorted(set(overrides) - set(self.parameters))
-        if unknown:
-            raise TemplateError(f"unknown template parameters: {', '.join(unknown)}")
-        values: dict[str, Any] = {}
-        for name, spec in self.parameters.items():
-            if name in overrides:
-                raw: Any = overrides[name]
-            elif "Default" in spec:
-                raw = spec["Default"]
-            else:
-                raise TemplateError(f"parameter {name} has no Default; pass a value")
-            allowed = spec.get("AllowedValues")
-            if allowed is not None and str(raw) not in {str(a) for a in allowed}:
-                raise TemplateError(f"parameter {name}={raw!r} is not one of {allowed}")
-            kind = str(spec.get("Type", "String"))
-            if kind == "CommaDelimitedList" or kind.startswith("List<"):
-                values[name] = [p.strip() for p in str(raw).split(",")] if str(raw) else []
-            else:
-                values[name] = str(raw)
-        return values
-
-
-def load_template(path: Path) -> Template:
-    """Read a YAML or JSON template file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise TemplateError(f"cannot read {path}: {e}") from e
-    return loads_template(text, path)
-
-
-def loads_template(text: str, path: Path | None = None) -> Template:
-    """Parse template text (YAML with CloudFormation short tags, or JSON)."""
-    try:
-        body = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
-    except yaml.YAMLError as e:
-        raise TemplateError(f"{path or 'template'}: {e}") from e
-    if not isinstance(body, dict) or not isinstance(body.get("Resources"), dict):
-        raise TemplateError(f"{path or 'template'}: no Resources mapping")
-    return Template(body=body, path=path)
+from delayq_local.template import Template
 
 
 class ResourceLookup(Protocol):

@@ -1,0 +1,153 @@
+"""`delayq_local.moto_fixes`: what the changes do on the embedded server, and, against plain moto
+in a fresh process, whether the installed moto still needs each of them.
+
+When a "still needs" test fails after a moto upgrade, moto now does that part itself: remove
+the matching change from moto_fixes (and this test), then set `moto_fixes.WRITTEN_FOR`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from functools import cache
+from importlib.metadata import version
+from typing import Any
+
+import pytest
+from moto.sqs import models as sqs_models
+
+from delayq_local import AwsEndpoint, LocalStackError, MotoServer, moto_fixes
+from delayq_local.aws import DEFAULT_ACCOUNT
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+
+# Facts about plain moto, gathered in a process where moto_fixes was never applied.
+PLAIN_MOTO = """
+import inspect
+import json
+
+import boto3
+from moto import mock_aws
+from moto.core import utils
+from moto.sqs import models
+
+facts = {"unix_time_through_datetime": models.unix_time is utils.unix_time
+         and "datetime" in inspect.getsource(utils.unix_time)}
+with mock_aws():
+    sqs = boto3.client("sqs", region_name="us-east-1", aws_access_key_id="k",
+                       aws_secret_access_key="s")
+    fifo = sqs.create_queue(QueueName="q.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+
+    def send(body):
+        sqs.send_message(QueueUrl=fifo, MessageBody=body, MessageGroupId="g",
+                         MessageDeduplicationId="same")
+
+    send("first")
+    (first,) = sqs.receive_message(QueueUrl=fifo)["Messages"]
+    sqs.delete_message(QueueUrl=fifo, ReceiptHandle=first["ReceiptHandle"])
+    send("again")
+    facts["fifo_duplicate_accepted_after_delete"] = bool(
+        sqs.receive_message(QueueUrl=fifo).get("Messages"))
+
+    plain = sqs.create_queue(QueueName="plain")["QueueUrl"]
+    for i in range(20):
+        sqs.send_message(QueueUrl=plain, MessageBody=str(i))
+    builds = []
+    original = models.SQSBackend.get_queue_attributes
+
+    def counted(self, *args, **kwargs):
+        builds.append(1)
+        return original(self, *args, **kwargs)
+
+    models.SQSBackend.get_queue_attributes = counted
+    received = sqs.receive_message(QueueUrl=plain, MaxNumberOfMessages=10)["Messages"]
+    facts["attribute_builds_per_received_message"] = len(builds) / len(received)
+print(json.dumps(facts))
+"""
+
+
+@cache
+def plain_moto() -> dict[str, Any]:
+    done = subprocess.run(  # noqa: S603 (this interpreter, a fixed script)
+        [sys.executable, "-c", PLAIN_MOTO], capture_output=True, text=True, check=True, timeout=60
+    )
+    facts: dict[str, Any] = json.loads(done.stdout)
+    return facts
+
+
+def test_the_installed_moto_is_the_one_the_fixes_were_written_for() -> None:
+    assert version("moto") == moto_fixes.WRITTEN_FOR
+
+
+def test_another_moto_version_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(moto_fixes, "version", lambda _name: "99.0.0")
+
+    with pytest.raises(LocalStackError, match=r"moto 99\.0\.0 is installed"):
+        moto_fixes.apply()
+
+
+def test_moto_still_forgets_a_fifo_deduplication_id_once_the_message_is_deleted() -> None:
+    # SQS keeps the id for 5 minutes after the first send, deleted or not.
+    assert plain_moto()["fifo_duplicate_accepted_after_delete"]
+
+
+def test_moto_still_builds_every_queue_attribute_to_check_each_message_retention() -> None:
+    # Three of those attributes count the whole queue: receives slow down with queue depth.
+    assert plain_moto()["attribute_builds_per_received_message"] >= 1
+
+
+def test_moto_still_computes_now_through_datetime_arithmetic() -> None:
+    assert plain_moto()["unix_time_through_datetime"]
+
+
+def test_the_moto_server_has_the_fixes_applied(moto_server: MotoServer) -> None:
+    assert moto_fixes.applied()
+    assert vars(sqs_models)["unix_time_millis"] is moto_fixes._unix_time_millis
+
+
+def test_moto_keeps_its_retention_semantics_with_the_fixes(
+    moto_server: MotoServer, endpoint: AwsEndpoint, stack_name: str
+) -> None:
+    sqs = endpoint.client("sqs")
+    url = sqs.create_queue(QueueName=stack_name, Attributes={"MessageRetentionPeriod": "60"})[
+        "QueueUrl"
+    ]
+    sqs.send_message(QueueUrl=url, MessageBody="new")
+    sqs.send_message(QueueUrl=url, MessageBody="old")
+    backend = sqs_models.sqs_backends[DEFAULT_ACCOUNT]["us-east-1"]
+    old = backend.get_queue(stack_name)._messages[1]
+    vars(old)["sent_timestamp"] = int(old.sent_timestamp or 0) - 61_000  # sent 61 s earlier
+
+    received = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+
+    assert [m["Body"] for m in received] == ["new"]
+    assert abs(vars(sqs_models)["unix_time"]() - time.time()) < 1
+
+
+def test_fifo_deduplication_lasts_five_minutes_even_after_a_delete(
+    moto_server: MotoServer, endpoint: AwsEndpoint, stack_name: str
+) -> None:
+    sqs = endpoint.client("sqs")
+    url = sqs.create_queue(QueueName=f"{stack_name}.fifo", Attributes={"FifoQueue": "true"})[
+        "QueueUrl"
+    ]
+
+    def send(body: str, dedup: str) -> None:
+        sqs.send_message(
+            QueueUrl=url, MessageBody=body, MessageGroupId="ticks", MessageDeduplicationId=dedup
+        )
+
+    def receive() -> list[str]:
+        messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+        for m in messages:
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+        return [m["Body"] for m in messages]
+
+    send("first", "tick-1")
+    assert receive() == ["first"]
+    send("again", "tick-1")  # deleted already, but within 5 minutes: a duplicate
+    send("next", "tick-2")
+
+    assert receive() == ["next"]
