@@ -19,7 +19,7 @@ DOCUMENTED_DEFAULT = re.compile(r"^\| `(DELAYQ_\w+)` \| `?([\w.]+)`? \|", re.MUL
 def test_defaults_are_the_documented_ones() -> None:
     table = DOCUMENTED_DEFAULT.findall((ROOT / "docs" / "internals.md").read_text())
     documented = {var: value for var, value in table if value != "empty"}
-    assert len(documented) == 16  # the numeric defaults and the Kafka security mode
+    assert len(documented) == 20  # the numeric defaults and the Kafka security mode
     assert Settings.from_env(documented) == Settings()
 
 
@@ -52,6 +52,7 @@ def test_from_env_reads_every_variable_with_its_type() -> None:
         "DELAYQ_DELAY_DLQ_URL": "https://sqs/delay-dlq",
         "DELAYQ_DELIVERY_MAX_ATTEMPTS": "3",
         "DELAYQ_TARGET_OUTAGE_MAX_SECONDS": "600",
+        "DELAYQ_DIRECT_WINDOW_MS": "750",
         "AWS_REGION": "eu-west-1",
     }
     assert Settings.from_env(env) == Settings(
@@ -82,6 +83,7 @@ def test_from_env_reads_every_variable_with_its_type() -> None:
         delay_dlq_url="https://sqs/delay-dlq",
         delivery_max_attempts=3,
         target_outage_max_seconds=600,
+        direct_window_ms=750,
         region="eu-west-1",
     )
 
@@ -141,6 +143,8 @@ def test_a_variable_that_is_not_a_number_names_itself(var: str, raw: str) -> Non
         ({"ingest_timeout_seconds": 0}, "ingest_timeout_seconds must be >= 1"),
         ({"delivery_max_attempts": 0}, "delivery_max_attempts must be >= 1"),
         ({"target_outage_max_seconds": -1}, "target_outage_max_seconds must be >= 0"),
+        ({"direct_window_ms": -1}, "direct_window_ms must be 0..10000"),
+        ({"direct_window_ms": 10_001}, "direct_window_ms must be 0..10000"),
         ({"allowed_targets": ("*",)}, "starts with a wildcard"),
         ({"allowed_targets": ("orders", "**")}, "starts with a wildcard"),
         ({"allowed_targets": ("?*",)}, "starts with a wildcard"),
