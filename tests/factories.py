@@ -105,7 +105,8 @@ def kafka_record(
     **control: str,
 ) -> dict[str, Any]:
     """A Kafka event record; control headers by keyword (``target="orders.timeout"``,
-    ``seconds="30"``, ``deliver_at=...``, ``ms=...``, ``id=...``, ``cancel=...``)."""
+    ``seconds="30"``, ``deliver_at=...``, ``ms=...``, ``id=...``, ``cancel=...``,
+    ``tenant=...``, ``priority=...``)."""
     names = {
         "target": "delay-target",
         "seconds": "delay-seconds",
@@ -113,6 +114,8 @@ def kafka_record(
         "deliver_at": "delay-deliver-at",
         "id": "delay-id",
         "cancel": "delay-cancel",
+        "tenant": "delay-tenant",
+        "priority": "delay-priority",
     }
     all_headers = [header(names[k], v) for k, v in control.items()] + list(headers or [])
     record: dict[str, Any] = {

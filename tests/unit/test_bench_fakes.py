@@ -24,10 +24,12 @@ from bench.fakes import (
     item_size,
 )
 from bench.harness import FakeClock
+from delayq.buckets import bucket_key
+from delayq.contract import CancelRequest
 from delayq.exceptions import WatermarkConflictError
 from delayq.kafka import KafkaDelivery, OutRecord
 from delayq.retry import Backoff, Deadline
-from delayq.store import MessageStore, message_item
+from delayq.store import MessageStore, Watermark, message_item
 from tests.factories import NOW_MS, REGION, delay_request
 
 TABLE = "bench-table"
@@ -217,16 +219,31 @@ def test_message_store_behaves_the_same_on_both(both_dynamodb: tuple[Any, FakeDy
         )
         requests = [delay_request(delay_id=f"m-{i}", due_ms=NOW_MS + 3_600_000) for i in range(30)]
         store.put_messages(requests, NOW_MS, deadline)
-        store.put_cancels(["m-1", "m-7", "other"], NOW_MS, deadline)
-        cancelled = store.cancelled([r.delay_id for r in requests], deadline)
-        assert store.get_watermark(deadline) is None
-        store.advance_watermark(None, 100, NOW_MS, deadline)
-        store.advance_watermark(100, 105, NOW_MS, deadline)
+        store.put_cancels(
+            [CancelRequest(i, "delay-requests-0-99", NOW_MS + 1) for i in ("m-1", "m-7", "other")],
+            NOW_MS,
+            deadline,
+        )
+        flags = store.cancelled(requests, deadline)
+        cancelled = {r.delay_id for r, flag in zip(requests, flags, strict=True) if flag}
+        assert store.read_watermark(deadline) is None
+        first = store.create_watermark(100, NOW_MS, deadline)
         with pytest.raises(WatermarkConflictError):
-            store.advance_watermark(100, 106, NOW_MS, deadline)
-        results.append((cancelled, store.get_watermark(deadline)))
+            store.create_watermark(90, NOW_MS, deadline)
+        moved = store.write_watermark(first, Watermark(105, reading=110), NOW_MS, deadline)
+        with pytest.raises(WatermarkConflictError):
+            store.write_watermark(first, Watermark(106), NOW_MS, deadline)
+        inside = store.write_watermark(
+            moved, replace(moved, cursors={bucket_key(106, 0): "m-3"}), NOW_MS, deadline
+        )
+        with pytest.raises(WatermarkConflictError):  # a stale token inside the same second
+            store.write_watermark(moved, replace(moved, cursors={}), NOW_MS, deadline)
+        read = store.read_watermark(deadline)
+        assert read is not None
+        assert read.token == inside.token
+        results.append((cancelled, (read.second, dict(read.cursors), read.reading)))
         store._pool.shutdown()
-    assert results[0] == results[1] == ({"m-1", "m-7"}, 105)
+    assert results[0] == results[1] == ({"m-1", "m-7"}, (105, {bucket_key(106, 0): "m-3"}, 110))
 
 
 def test_capacity_units_follow_the_documented_rules() -> None:
@@ -344,7 +361,7 @@ def test_s3_matches_moto() -> None:
 
 def test_in_memory_producer_serves_delivery_reports() -> None:
     producer = InMemoryProducer(fail_topics=frozenset({"broken"}))
-    delivery = KafkaDelivery(producer, 1.0)
+    delivery = KafkaDelivery(lambda _on_error: producer, 1.0)
     results = delivery.deliver(
         [
             OutRecord("orders.timeout", b"k", b"v", [("h", b"1")]),
@@ -353,7 +370,7 @@ def test_in_memory_producer_serves_delivery_reports() -> None:
     )
     assert results[0] is None
     assert results[1] is not None
-    assert "UNKNOWN_TOPIC" in results[1]
+    assert "UNKNOWN_TOPIC" in results[1].detail
     assert [r.topic for r in producer.records] == ["orders.timeout"]
     assert producer.records[0].header("h") == b"1"
 

@@ -651,6 +651,30 @@ REJECTIONS: list[tuple[str, Callable[[], Any], Reason, str]] = [
         f"delay-cancel must be 1..{c.MAX_ID_LENGTH} printable characters "
         f"and at most {c.MAX_ID_BYTES} bytes of UTF-8",
     ),
+    (
+        "tenant-blank",
+        lambda: kafka_record(target="reminders", ms="1", tenant="  "),
+        Reason.BAD_TENANT,
+        f"delay-tenant must be 1..{c.MAX_TENANT_LENGTH} printable characters",
+    ),
+    (
+        "tenant-too-long",
+        lambda: kafka_record(target="reminders", ms="1", tenant="t" * (c.MAX_TENANT_LENGTH + 1)),
+        Reason.BAD_TENANT,
+        "delay-tenant",
+    ),
+    (
+        "tenant-control-char",
+        lambda: kafka_record(target="reminders", ms="1", tenant="a\tb"),
+        Reason.BAD_TENANT,
+        "delay-tenant",
+    ),
+    (
+        "priority-unknown",
+        lambda: kafka_record(target="reminders", ms="1", priority="urgent"),
+        Reason.BAD_PRIORITY,
+        "delay-priority='urgent': one of high, normal, low",
+    ),
 ]
 
 
@@ -669,8 +693,13 @@ def test_bad_record_is_rejected_with_a_precise_reason(
 def test_every_input_reason_has_a_rejection_case() -> None:
     covered = {reason for _, _, reason, _ in REJECTIONS}
     # bad-envelope is the emitter's verdict on a queue body, not on an input record;
-    # internal-error is ingest's for a record the parser itself failed on (test_ingest).
-    assert covered == set(Reason) - {Reason.BAD_ENVELOPE, Reason.INTERNAL_ERROR}
+    # internal-error is ingest's for a record the parser itself failed on (test_ingest);
+    # quota-exceeded is ingest's for a tenant over its quota (test_shaping).
+    assert covered == set(Reason) - {
+        Reason.BAD_ENVELOPE,
+        Reason.INTERNAL_ERROR,
+        Reason.QUOTA_EXCEEDED,
+    }
 
 
 def test_reason_codes_are_the_documented_strings() -> None:
@@ -688,6 +717,9 @@ def test_reason_codes_are_the_documented_strings() -> None:
             "payload-too-large",
             "bad-id",
             "bad-envelope",
+            "bad-tenant",
+            "bad-priority",
+            "quota-exceeded",
             "internal-error",
         ]
     )

@@ -70,6 +70,9 @@ def ingest_result() -> IngestResult:
             Rejection(Reason.BAD_DUE, "delay-seconds='x' is not a number", {}, "in", 1, 42),
             Rejection(Reason.MALFORMED_RECORD, "record is not an object", "junk", None, None, None),
         ],
+        capped=4,
+        deferred=6,
+        direct_fallback=8,
     )
 
 
@@ -81,6 +84,10 @@ def test_report_ingest_returns_the_counts(metrics: Metrics, logger: Logger) -> N
         "offloaded": 2,
         "rescued": 3,
         "rejected": 2,
+        "direct": 0,
+        "fallback": 8,
+        "capped": 4,
+        "deferred": 6,
     }
 
 
@@ -93,6 +100,10 @@ def test_report_ingest_emits_one_count_metric_per_outcome(metrics: Metrics, logg
         "IngestOffloaded": ("Count", [2.0]),
         "IngestRescued": ("Count", [3.0]),
         "IngestRejected": ("Count", [2.0]),
+        "IngestDirect": ("Count", [0.0]),
+        "IngestFallback": ("Count", [8.0]),
+        "IngestCapped": ("Count", [4.0]),
+        "IngestDeferred": ("Count", [6.0]),
     }
 
 

@@ -81,7 +81,8 @@ class TtlCleanup:
             return Outcome.IGNORED
         request = request_from_item(image)
         watermark = self._current_watermark()
-        if watermark is None or not watermark.scheduled(buckets.due_second(request.due_ms)):
+        second = buckets.due_second(request.release_at_ms)  # the bucket it waited in
+        if watermark is None or not watermark.scheduled(second):
             self._queue.send([request], self._clock(), self._deadline)
             return Outcome.REDRIVEN
         return Outcome.CLEANED

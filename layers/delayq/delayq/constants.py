@@ -35,6 +35,9 @@ ENV_DELAY_DLQ_URL: Final = "DELAYQ_DELAY_DLQ_URL"
 ENV_DELIVERY_MAX_ATTEMPTS: Final = "DELAYQ_DELIVERY_MAX_ATTEMPTS"
 ENV_TARGET_OUTAGE_MAX_SECONDS: Final = "DELAYQ_TARGET_OUTAGE_MAX_SECONDS"
 ENV_DIRECT_WINDOW_MS: Final = "DELAYQ_DIRECT_WINDOW_MS"
+ENV_TENANT_LIMITS: Final = "DELAYQ_TENANT_LIMITS"
+ENV_DELAY_QUEUE_HIGH_URL: Final = "DELAYQ_DELAY_QUEUE_HIGH_URL"
+ENV_DELAY_QUEUE_LOW_URL: Final = "DELAYQ_DELAY_QUEUE_LOW_URL"
 ENV_AWS_REGION: Final = "AWS_REGION"
 
 # Topics no allow-list can open: Kafka's internal topics (__consumer_offsets,
@@ -52,10 +55,21 @@ HEADER_DELAY_SECONDS: Final = "delay-seconds"
 HEADER_DELAY_MS: Final = "delay-ms"
 HEADER_ID: Final = "delay-id"
 HEADER_CANCEL: Final = "delay-cancel"
+HEADER_TENANT: Final = "delay-tenant"
+HEADER_PRIORITY: Final = "delay-priority"
 # Delivery headers added by the emitter.
 HEADER_DUE_MS: Final = "delay-due-ms"
 HEADER_EMITTED_MS: Final = "delay-emitted-ms"
 HEADER_ATTEMPT: Final = "delay-attempt"
+# When a tenant's release-rate cap moved the message after its due time.
+HEADER_RELEASE_MS: Final = "delay-release-ms"
+
+# Priorities (delay-priority): each has its own delay queue and emitter concurrency.
+PRIORITY_HIGH: Final = "high"
+PRIORITY_NORMAL: Final = "normal"
+PRIORITY_LOW: Final = "low"
+PRIORITIES: Final = (PRIORITY_HIGH, PRIORITY_NORMAL, PRIORITY_LOW)
+MAX_TENANT_LENGTH: Final = 128
 
 # Defaults.
 DEFAULT_HORIZON_SECONDS: Final = 900
@@ -184,10 +198,22 @@ ATTR_WATERMARK_LATE: Final = "late"
 # A stored message: its delay-topic record's timestamp and the bytes of its offloaded value.
 ATTR_TS: Final = "ts"
 ATTR_OFFLOADED_BYTES: Final = "pb"
+ATTR_TENANT: Final = "tenant"
+ATTR_PRIORITY: Final = "priority"
+ATTR_RELEASE_MS: Final = "release_ms"
 # A cancel marker: the latest cancel's record timestamp and coordinates.
 ATTR_CANCEL_TS: Final = "cancel_ts"
 ATTR_CANCEL_SRC: Final = "cancel_src"
 CANCEL_PK_PREFIX: Final = "cancel#"
+# Counters of the tenant limits: release slots per second, ingest quota per second.
+RATE_PK_PREFIX: Final = "rate#"
+QUOTA_PK_PREFIX: Final = "quota#"
+KIND_COUNTER: Final = "counter"
+# Counters are kept this long after their second (TTL), then DynamoDB removes them.
+COUNTER_KEEP_SECONDS: Final = 24 * 3600
+# A release cap spreads a tenant's messages over at most this many seconds past their due
+# time in one allocation; beyond it the setting is too low for the traffic, and it says so.
+MAX_RELEASE_SPREAD_SECONDS: Final = 7 * 24 * 3600
 STATS_PK_PREFIX: Final = "stats#"
 
 # Tick queue.

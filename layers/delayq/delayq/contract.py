@@ -40,6 +40,9 @@ class Reason(enum.StrEnum):
     PAYLOAD_TOO_LARGE = "payload-too-large"
     BAD_ID = "bad-id"
     BAD_ENVELOPE = "bad-envelope"
+    BAD_TENANT = "bad-tenant"
+    BAD_PRIORITY = "bad-priority"
+    QUOTA_EXCEEDED = "quota-exceeded"
     INTERNAL_ERROR = "internal-error"
 
 
@@ -87,6 +90,21 @@ class DelayRequest:
     offloaded_bytes: int = 0
     # Deliveries of this message that the target refused (it is dead-lettered at the limit).
     attempts: int = 0
+    # Whose message it is (``delay-tenant``; empty: the target topic) and its class.
+    tenant: str = ""
+    priority: str = c.PRIORITY_NORMAL
+    # When its tenant's release-rate cap lets it go (0: at its due time). Never before due.
+    release_ms: int = 0
+
+    @property
+    def owner(self) -> str:
+        """The tenant: the ``delay-tenant`` header, else the target topic."""
+        return self.tenant or self.target
+
+    @property
+    def release_at_ms(self) -> int:
+        """When it may be produced: its due time, or the later slot a release cap gave it."""
+        return max(self.due_ms, self.release_ms)
 
     @property
     def size(self) -> int:
@@ -185,6 +203,8 @@ def parse_record(record: Any, settings: Settings, now_ms: int) -> DelayRequest |
         user_headers,
         source.coordinates,
         ts_ms=source.timestamp_ms,
+        tenant=_tenant(control.get(c.HEADER_TENANT)),
+        priority=_priority(control.get(c.HEADER_PRIORITY)),
     )
     if request.size > settings.max_payload_bytes:
         raise RejectedRecord(
@@ -320,6 +340,30 @@ def _delay_id(raw: str, header: str) -> str:
     return value
 
 
+def _tenant(raw: str | None) -> str:
+    if raw is None:
+        return ""
+    value = raw.strip()
+    if not value or len(value) > c.MAX_TENANT_LENGTH or not value.isprintable():
+        raise RejectedRecord(
+            Reason.BAD_TENANT,
+            f"delay-tenant must be 1..{c.MAX_TENANT_LENGTH} printable characters",
+        )
+    return value
+
+
+def _priority(raw: str | None) -> str:
+    if raw is None:
+        return c.PRIORITY_NORMAL
+    value = raw.strip().lower()
+    if value not in c.PRIORITIES:
+        raise RejectedRecord(
+            Reason.BAD_PRIORITY,
+            f"delay-priority={raw[:32]!r}: one of {', '.join(c.PRIORITIES)}",
+        )
+    return value
+
+
 def _due_ms(control: Mapping[str, str], timestamp_ms: int) -> int:
     given = [
         h for h in (c.HEADER_DELIVER_AT, c.HEADER_DELAY_SECONDS, c.HEADER_DELAY_MS) if h in control
@@ -372,8 +416,9 @@ class Envelope:
     request: DelayRequest
 
     def encode(self) -> str:
-        """The SQS body (JSON, version 1). ``ts``, ``pb`` (offloaded bytes) and ``n``
-        (refused deliveries) are left out when 0: readers take 0 for a missing one."""
+        """The SQS body (JSON, version 1). ``ts``, ``pb`` (offloaded bytes), ``n`` (refused
+        deliveries), ``rl`` (release time), ``tn`` (tenant) and ``pr`` (priority) are left out
+        when they have their default: readers take the default for a missing one."""
         r = self.request
         body: dict[str, Any] = {
             "v": ENVELOPE_VERSION,
@@ -386,9 +431,18 @@ class Envelope:
             "payload_ref": r.payload_ref,
             "src": r.src,
         }
-        for name, number in (("ts", r.ts_ms), ("pb", r.offloaded_bytes), ("n", r.attempts)):
+        for name, number in (
+            ("ts", r.ts_ms),
+            ("pb", r.offloaded_bytes),
+            ("n", r.attempts),
+            ("rl", r.release_ms),
+        ):
             if number:
                 body[name] = number
+        if r.tenant:
+            body["tn"] = r.tenant
+        if r.priority != c.PRIORITY_NORMAL:
+            body["pr"] = r.priority
         return json.dumps(body, separators=(",", ":"))
 
     @classmethod
@@ -495,6 +549,9 @@ def _request_of(d: Any) -> DelayRequest:
             ts_ms=_count(d, "ts"),
             offloaded_bytes=_count(d, "pb"),
             attempts=_count(d, "n"),
+            release_ms=_count(d, "rl"),
+            tenant=_optional_text(d, "tn", ""),
+            priority=_known_priority(_optional_text(d, "pr", c.PRIORITY_NORMAL)),
         )
     except EnvelopeError:
         raise
@@ -513,6 +570,19 @@ def _count(d: Mapping[str, Any], name: str) -> int:
     value = d.get(name, 0)
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise EnvelopeError(f"not a delay-queue envelope: {name} {value!r}")
+    return value
+
+
+def _optional_text(d: Mapping[str, Any], name: str, default: str) -> str:
+    value = d.get(name, default)
+    if not isinstance(value, str):
+        raise EnvelopeError(f"not a delay-queue envelope: {name} {value!r}")
+    return value
+
+
+def _known_priority(value: str) -> str:
+    if value not in c.PRIORITIES:
+        raise EnvelopeError(f"not a delay-queue envelope: priority {value!r}")
     return value
 
 
@@ -553,9 +623,11 @@ def estimated_body_bytes(request: DelayRequest) -> int:
     """An upper bound of the encoded envelope size, without encoding it."""
     header_bytes = sum(_json_text_len(n) + 4 + _json_bytes_len(v) for n, v in request.headers)
     return (
-        # The fixed field names and punctuation, and the three optional numbers.
+        # The fixed field names and punctuation, the optional numbers and priority.
         256
-        + 3 * 24
+        + 4 * 24
+        + 16
+        + _json_text_len(request.tenant)
         + _json_text_len(request.delay_id)
         + _json_text_len(request.target)
         + _json_text_len(request.src)
@@ -593,13 +665,16 @@ def delivery_headers(
     request: DelayRequest, emitted_ms: int, attempt: int
 ) -> list[tuple[str, bytes | None]]:
     """User headers in order, then the delivery headers consumers de-duplicate on."""
-    return [
+    headers = [
         *request.headers,
         (c.HEADER_ID, request.delay_id.encode()),
         (c.HEADER_DUE_MS, str(request.due_ms).encode()),
         (c.HEADER_EMITTED_MS, str(emitted_ms).encode()),
         (c.HEADER_ATTEMPT, str(attempt).encode()),
     ]
+    if request.release_ms > request.due_ms:
+        headers.append((c.HEADER_RELEASE_MS, str(request.release_ms).encode()))
+    return headers
 
 
 def _enc(raw: bytes | None) -> str | None:

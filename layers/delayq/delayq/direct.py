@@ -49,7 +49,7 @@ class DirectResult:
 
 def is_direct(request: DelayRequest, now_ms: int, settings: Settings) -> bool:
     """Whether ``request`` is due within the direct window (due now or in the past included)."""
-    return request.due_ms - now_ms <= settings.direct_window_ms
+    return request.release_at_ms - now_ms <= settings.direct_window_ms
 
 
 def deliver_direct(
@@ -75,12 +75,12 @@ def deliver_direct(
         return result
     ready = sorted(
         (r for r, cancelled in zip(requests, flags, strict=True) if not cancelled),
-        key=lambda r: r.due_ms,
+        key=lambda r: r.release_at_ms,
     )
     result.cancelled = len(requests) - len(ready)
     run = produce_at_due(
         ready,
-        due_of=lambda r: r.due_ms,
+        due_of=lambda r: r.release_at_ms,
         load=lambda index: ready[index],
         attempt_of=lambda _item, _loaded: 1,
         delivery=direct.delivery,
@@ -96,9 +96,7 @@ def deliver_direct(
             result.errors.append(f"{request.delay_id}: {produced.outcome.failure}: queued")
             result.fallback.append(request)
             continue
-        result.deliveries.append(
-            Delivery(request.target, request.due_ms, produced.emitted_ms, request.delay_id, 1)
-        )
+        result.deliveries.append(Delivery.of(request, produced.emitted_ms, 1))
     result.errors.extend(
         record_deliveries(direct.stats, result.deliveries, store, clock(), deadline)
     )

@@ -68,6 +68,8 @@ class QueuedMessage:
     receipt_handle: str
     body: str
     receive_count: int
+    # The queue it came from (``eventSourceARN``): one of the delay queues, by priority.
+    source_arn: str = ""
 
 
 def messages_from_event(event: Any) -> list[QueuedMessage]:
@@ -81,6 +83,7 @@ def messages_from_event(event: Any) -> list[QueuedMessage]:
                 receipt_handle=r["receiptHandle"],
                 body=r["body"],
                 receive_count=int(r.get("attributes", {}).get("ApproximateReceiveCount", 1)),
+                source_arn=str(r.get("eventSourceARN", "")),
             )
             for r in event["Records"]
         ]
@@ -288,12 +291,12 @@ class _EmitRun:
         keep: list[_DelayMessage] = []
         for items in per_message:
             state = self.states[items[0].message.message_id]
-            earliest = min(i.request.due_ms for i in items)
+            earliest = min(i.request.release_at_ms for i in items)
             if earliest - now_ms > self.settings.max_hold_ms:
                 self.redelay(state, earliest, now_ms)
                 continue
             for item in items:
-                if item.request.due_ms - now_ms <= self.settings.max_hold_ms:
+                if item.request.release_at_ms - now_ms <= self.settings.max_hold_ms:
                     keep.append(item)
                 else:
                     self.again(item, now_ms)
@@ -303,7 +306,7 @@ class _EmitRun:
         seconds = buckets.visibility_delay_seconds(earliest_ms, now_ms, self.settings.emit_lead_ms)
         message = state.message
         try:
-            self.services.delay_queue.queue.change_visibility(
+            self.services.delay_queue.source(message.source_arn).change_visibility(
                 message.receipt_handle, max(1, seconds), self.deadline
             )
             self.result.redelayed += state.size
@@ -361,7 +364,7 @@ class _EmitRun:
         just ahead of it, then check every report (``delayq.producing``)."""
         if not items:
             return
-        items.sort(key=lambda item: item.request.due_ms)
+        items.sort(key=lambda item: item.request.release_at_ms)
         fetches = _Fetches(
             self.services.payloads,
             items,
@@ -372,7 +375,7 @@ class _EmitRun:
         try:
             run = produce_at_due(
                 items,
-                due_of=lambda item: item.request.due_ms,
+                due_of=lambda item: item.request.release_at_ms,
                 load=fetches.load,
                 attempt_of=lambda item, r: r.attempts + item.message.receive_count,
                 delivery=self.services.delivery,
@@ -395,13 +398,7 @@ class _EmitRun:
             request = item.request
             self.states[item.message.message_id].settled += 1
             self.result.deliveries.append(
-                Delivery(
-                    request.target,
-                    request.due_ms,
-                    produced.emitted_ms,
-                    request.delay_id,
-                    produced.attempt,
-                )
+                Delivery.of(request, produced.emitted_ms, produced.attempt)
             )
 
     def put_back(self, items: Sequence[_DelayMessage]) -> None:
@@ -473,7 +470,7 @@ class _EmitRun:
         message = state.message
         seconds = min(2**message.receive_count, c.EMIT_RETRY_MAX_SECONDS)
         try:
-            self.services.delay_queue.queue.change_visibility(
+            self.services.delay_queue.source(message.source_arn).change_visibility(
                 message.receipt_handle, seconds, self.deadline
             )
         except DelayQueueError as e:

@@ -39,6 +39,7 @@ from delayq.producing import Delivery
 from delayq.queues import DelayQueue, RejectQueue
 from delayq.retry import Deadline
 from delayq.settings import Settings
+from delayq.shaping import Shaper
 from delayq.store import MessageStore, Watermark
 
 
@@ -52,6 +53,9 @@ class IngestResult:
     offloaded: int = 0
     rescued: int = 0  # stored below a watermark that moved meanwhile, so also queued
     rejected: list[Rejection] = field(default_factory=list)
+    # Tenant limits: released after due by a release cap; accepted over quota (deferred).
+    capped: int = 0
+    deferred: int = 0
     # The direct path (due within the direct window): produced by ingest itself.
     deliveries: list[Delivery] = field(default_factory=list)
     direct_cancelled: int = 0
@@ -69,6 +73,8 @@ class IngestServices:
     rejects: RejectQueue
     payloads: PayloadStore
     direct: DirectServices | None = None
+    # Applies the tenant limits (None: no tenant has one).
+    shaper: Shaper | None = None
 
 
 def needs_offload(request: DelayRequest, settings: Settings) -> bool:
@@ -120,6 +126,12 @@ def ingest_batch(
         cancel(cancels, store=services.store, clock=clock, deadline=deadline)
         result.cancelled = len(cancels)
 
+    if services.shaper is not None and delays:
+        admission = services.shaper.admit(delays, clock(), deadline)
+        delays = admission.admitted
+        result.capped, result.deferred = admission.capped, admission.deferred
+        rejections.extend(_over_quota(event, admission.over_quota))
+
     direct: list[DelayRequest] = []
     if services.direct is not None and settings.direct_window_ms:
         now_ms = clock()
@@ -153,6 +165,24 @@ def ingest_batch(
     return result
 
 
+def _over_quota(event: Any, requests: Sequence[DelayRequest]) -> list[Rejection]:
+    """Rejections (``quota-exceeded``) of the records these requests were parsed from."""
+    over = {r.src for r in requests}
+    detail = "the tenant's ingest quota for this second is used up"
+    return [
+        rejection_of(record, RejectedRecord(Reason.QUOTA_EXCEEDED, detail))
+        for record in iter_event_records(event)
+        if _coordinates(record) in over
+    ]
+
+
+def _coordinates(record: Any) -> str:
+    try:
+        return f"{record['topic']}-{record['partition']}-{record['offset']}"
+    except (KeyError, TypeError):
+        return ""
+
+
 def _keep(
     delays: list[DelayRequest],
     result: IngestResult,
@@ -175,7 +205,7 @@ def _keep(
     to_queue: list[DelayRequest] = []
     to_store: list[DelayRequest] = []
     for request in prepared:
-        routed = buckets.route(request.due_ms, now_ms, settings.horizon_seconds)
+        routed = buckets.route(request.release_at_ms, now_ms, settings.horizon_seconds)
         (to_queue if routed is buckets.Route.QUEUE else to_store).append(request)
     rescued = 0
     if to_store:
@@ -184,7 +214,9 @@ def _keep(
         # The guard: a scheduler run may have read (or passed) these seconds while we were
         # writing. Whatever it may have missed is queued here as well (docs/internals.md).
         mark = _watermark_after_store(services.store, now_ms, deadline)
-        behind = [r for r in to_store if buckets.due_second(r.due_ms) <= mark.guarded_through]
+        behind = [
+            r for r in to_store if buckets.due_second(r.release_at_ms) <= mark.guarded_through
+        ]
         to_queue.extend(behind)
         rescued = len(behind)
         result.rescued += rescued

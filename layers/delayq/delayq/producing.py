@@ -34,11 +34,34 @@ class Delivery:
     emitted_ms: int
     delay_id: str = ""
     attempt: int = 1
+    # When its tenant's release-rate cap let it go (0: at its due time).
+    release_ms: int = 0
+    tenant: str = ""
+
+    @classmethod
+    def of(cls, request: DelayRequest, emitted_ms: int, attempt: int) -> Delivery:
+        """The delivery of ``request`` at ``emitted_ms``."""
+        return cls(
+            request.target,
+            request.due_ms,
+            emitted_ms,
+            request.delay_id,
+            attempt,
+            request.release_ms,
+            request.owner,
+        )
 
     @property
     def lateness_ms(self) -> int:
-        """Emit time minus due time (never negative unless something is broken)."""
-        return self.emitted_ms - self.due_ms
+        """Emit time minus the time it was free to go (its due time, or its release slot):
+        the pipeline's own lateness, never negative unless something is broken."""
+        return self.emitted_ms - max(self.due_ms, self.release_ms)
+
+    @property
+    def cap_delay_ms(self) -> int:
+        """How long its tenant's release-rate cap held it after due (counted apart from
+        :attr:`lateness_ms`, so that it never reads as a fault)."""
+        return max(0, self.release_ms - self.due_ms)
 
 
 @dataclass(frozen=True)
@@ -88,7 +111,7 @@ def produce_at_due(
         if isinstance(loaded, Undelivered):
             run.unloaded.append((item, loaded))
             continue
-        now = wait_until(loaded.due_ms, clock, sleep)
+        now = wait_until(loaded.release_at_ms, clock, sleep)
         attempt = attempt_of(item, loaded)
         record = OutRecord(
             loaded.target, loaded.key, loaded.value, delivery_headers(loaded, now, attempt)
@@ -123,7 +146,7 @@ def record_deliveries(
     is due (about one item per container-minute). A failed write loses statistics, never
     messages: it is returned as an error line, not raised."""
     for d in deliveries:
-        stats.add(d.target, d.due_ms, d.emitted_ms)
+        stats.add(d.target, max(d.due_ms, d.release_ms), d.emitted_ms)
     errors = []
     for item in stats.flush(now_ms):
         try:

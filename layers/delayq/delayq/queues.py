@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +15,7 @@ from typing import Any
 from delayq import buckets
 from delayq import constants as c
 from delayq.contract import DelayRequest, Envelope, Rejection, bundle_bytes, encode_bundle
-from delayq.exceptions import QueueError
+from delayq.exceptions import DelayQueueError, QueueError
 from delayq.payloads import PayloadStore
 from delayq.retry import AWS_ERRORS, Backoff, Deadline, is_retryable, retry_call, retry_partial
 
@@ -114,11 +114,13 @@ def _batches(entries: Sequence[Outgoing]) -> Iterator[list[Outgoing]]:
 @dataclass(frozen=True)
 class QueueEntry:
     """One delay message to queue: its encoded single envelope, the DelaySeconds it waits,
-    and the bytes of its offloaded value (what delivering it will fetch)."""
+    the bytes of its offloaded value (what delivering it will fetch), and its priority (which
+    delay queue it goes to)."""
 
     delay_seconds: int
     text: str
     offloaded_bytes: int = 0
+    priority: str = c.PRIORITY_NORMAL
 
 
 class DelayQueue:
@@ -130,8 +132,11 @@ class DelayQueue:
     their real size (a pointer is small; the value it points at is not). A request larger
     than a bundle goes alone, as a single envelope.
 
-    The same bundling serves the delay queue's dead-letter queue (the emitter dead-letters
-    messages with their reason, see ``delayq.contract.dead_letter_text``).
+    Each priority has its own queue (``by_priority``; ``queue`` is the normal one, and a
+    priority without a queue of its own uses it): a high-priority message never waits behind
+    a burst of low-priority ones in the same queue. The same bundling serves the delay
+    queue's dead-letter queue (the emitter dead-letters messages with their reason, see
+    ``delayq.contract.dead_letter_text``).
     """
 
     def __init__(
@@ -141,8 +146,10 @@ class DelayQueue:
         *,
         bundle_max_bytes: int = c.DEFAULT_BUNDLE_MAX_BYTES,
         bundle_max_messages: int = c.DEFAULT_BUNDLE_MAX_MESSAGES,
+        by_priority: Mapping[str, SqsQueue] | None = None,
     ) -> None:
         self.queue = queue
+        self._by_priority = dict(by_priority or {})
         self._lead_ms = lead_ms
         self._max_bytes = bundle_max_bytes
         self._max_messages = max(1, bundle_max_messages)
@@ -152,12 +159,28 @@ class DelayQueue:
         emitter's lead); the emitter holds the message the rest of the way."""
         return buckets.queue_delay_seconds(due_ms, now_ms, self._lead_ms)
 
+    def of_priority(self, priority: str) -> SqsQueue:
+        """The queue of a priority (the normal one when it has none of its own)."""
+        return self._by_priority.get(priority, self.queue)
+
+    def source(self, arn: str) -> SqsQueue:
+        """The queue an SQS event record came from (its ``eventSourceARN``)."""
+        name = arn.rpartition(":")[2]
+        for queue in (self.queue, *self._by_priority.values()):
+            if name and queue.url.rstrip("/").endswith(f"/{name}"):
+                return queue
+        return self.queue
+
     def send(self, requests: Sequence[DelayRequest], now_ms: int, deadline: Deadline) -> None:
-        """Queue each request, released at or before its due time, in bundles."""
+        """Queue each request in its priority's queue, released at or before its due time
+        (or its release slot), in bundles."""
         self.send_entries(
             [
                 QueueEntry(
-                    self.delay_seconds(r.due_ms, now_ms), Envelope(r).encode(), r.offloaded_bytes
+                    self.delay_seconds(r.release_at_ms, now_ms),
+                    Envelope(r).encode(),
+                    r.offloaded_bytes,
+                    r.priority,
                 )
                 for r in requests
             ],
@@ -165,17 +188,26 @@ class DelayQueue:
         )
 
     def send_entries(self, entries: Sequence[QueueEntry], deadline: Deadline) -> None:
-        """Queue encoded single envelopes, each with its DelaySeconds, bundled by DelaySeconds.
-        A failed SendMessageBatch entry is a whole bundle: it is sent again whole."""
-        groups: dict[int, list[QueueEntry]] = {}
+        """Queue encoded single envelopes, each with its DelaySeconds, bundled by queue and
+        DelaySeconds. A failed SendMessageBatch entry is a whole bundle: it is sent again
+        whole. Raises the first failure once every queue's sends have finished."""
+        groups: dict[SqsQueue, dict[int, list[QueueEntry]]] = {}
         for entry in entries:
-            groups.setdefault(entry.delay_seconds, []).append(entry)
-        outgoing = [
-            Outgoing(body, delay_seconds)
-            for delay_seconds, group in groups.items()
-            for body in self._bundles(group)
-        ]
-        self.queue.send("send to delay queue", outgoing, deadline)
+            by_delay = groups.setdefault(self.of_priority(entry.priority), {})
+            by_delay.setdefault(entry.delay_seconds, []).append(entry)
+        errors: list[DelayQueueError] = []
+        for queue, by_delay in groups.items():
+            outgoing = [
+                Outgoing(body, delay_seconds)
+                for delay_seconds, group in by_delay.items()
+                for body in self._bundles(group)
+            ]
+            try:
+                queue.send("send to delay queue", outgoing, deadline)
+            except DelayQueueError as e:
+                errors.append(e)
+        if errors:
+            raise errors[0]
 
     def _bundles(self, entries: Sequence[QueueEntry]) -> Iterator[str]:
         """Consecutive entries packed under the bundle caps (encoded envelopes are ASCII:

@@ -11,6 +11,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
+from delayq import constants as c
 from delayq.cleanup import CleanupServices
 from delayq.direct import DirectServices
 from delayq.emitter import EmitterServices
@@ -19,6 +20,7 @@ from delayq.kafka import KafkaDelivery, make_producer
 from delayq.payloads import PayloadStore
 from delayq.queues import DelayQueue, RejectQueue, SqsQueue, TickQueue
 from delayq.settings import Settings
+from delayq.shaping import Shaper
 from delayq.stats import DeliveryStats, FlushPolicy
 from delayq.store import MessageStore
 
@@ -58,11 +60,19 @@ def delay_queue(settings: Settings, url: str | None = None) -> DelayQueue:
     """The delay queue adapter (or, given its URL, the same bundling onto its dead-letter
     queue)."""
     settings.require("delay_queue_url")
+    by_priority = {}
+    if url is None:
+        by_priority = {
+            priority: sqs_queue(settings, settings.delay_queue_url_of(priority))
+            for priority in (c.PRIORITY_HIGH, c.PRIORITY_LOW)
+            if settings.delay_queue_url_of(priority) != settings.delay_queue_url
+        }
     return DelayQueue(
         sqs_queue(settings, url or settings.delay_queue_url),
         settings.emit_lead_ms,
         bundle_max_bytes=settings.bundle_max_bytes,
         bundle_max_messages=settings.bundle_max_messages,
+        by_priority=by_priority,
     )
 
 
@@ -88,12 +98,14 @@ def ingest_services(settings: Settings) -> IngestServices:
             delivery=kafka_delivery(settings),
             stats=DeliveryStats(policy=FlushPolicy(max_messages=settings.stats_flush_messages)),
         )
+    store = message_store(settings)
     return IngestServices(
-        store=message_store(settings),
+        store=store,
         delay_queue=delay_queue(settings),
         rejects=reject_queue(settings, payloads),
         payloads=payloads,
         direct=direct,
+        shaper=Shaper(store, settings.limits) if settings.limits.any else None,
     )
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from delayq import constants as c
 from delayq.exceptions import ConfigurationError
+from delayq.limits import TenantLimits, parse_limits
 
 KAFKA_SECURITY_MODES = frozenset(
     {"PLAINTEXT", "SSL", "SASL_SCRAM_SHA_512", "SASL_SCRAM_SHA_256", "MSK_IAM"}
@@ -46,12 +47,18 @@ class Settings:
     delivery_max_attempts: int = c.DEFAULT_DELIVERY_MAX_ATTEMPTS
     target_outage_max_seconds: int = c.DEFAULT_TARGET_OUTAGE_MAX_SECONDS
     direct_window_ms: int = c.DEFAULT_DIRECT_WINDOW_MS
+    # JSON, see delayq.limits (empty: no tenant has a limit).
+    tenant_limits: str = ""
+    # The delay queues of the other priorities (empty: those messages use the normal one).
+    delay_queue_high_url: str = ""
+    delay_queue_low_url: str = ""
     stats_flush_messages: int = c.DEFAULT_STATS_FLUSH_MESSAGES
     scheduler_page_items: int = c.DEFAULT_SCHEDULER_PAGE_ITEMS
     bundle_max_bytes: int = c.DEFAULT_BUNDLE_MAX_BYTES
     bundle_max_messages: int = c.DEFAULT_BUNDLE_MAX_MESSAGES
     region: str = "us-east-1"
     _patterns: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
+    _limits: TenantLimits = field(default=TenantLimits(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         problems = [
@@ -61,9 +68,26 @@ class Settings:
             *_allow_list_problems(self.allowed_targets),
             *self._kafka_problems(),
         ]
+        try:
+            object.__setattr__(self, "_limits", parse_limits(self.tenant_limits))
+        except ConfigurationError as e:
+            problems.append(str(e))
         if problems:
             raise ConfigurationError("; ".join(problems))
         object.__setattr__(self, "_patterns", tuple(p for p in self.allowed_targets if p))
+
+    @property
+    def limits(self) -> TenantLimits:
+        """Every tenant's limits, parsed from ``tenant_limits``."""
+        return self._limits
+
+    def delay_queue_url_of(self, priority: str) -> str:
+        """The delay queue of a priority (the normal one when it has none of its own)."""
+        own = {
+            c.PRIORITY_HIGH: self.delay_queue_high_url,
+            c.PRIORITY_LOW: self.delay_queue_low_url,
+        }.get(priority, "")
+        return own or self.delay_queue_url
 
     def _timing_problems(self) -> list[str]:
         problems = []
@@ -214,6 +238,9 @@ _ENV_OF = {
     "delivery_max_attempts": c.ENV_DELIVERY_MAX_ATTEMPTS,
     "target_outage_max_seconds": c.ENV_TARGET_OUTAGE_MAX_SECONDS,
     "direct_window_ms": c.ENV_DIRECT_WINDOW_MS,
+    "tenant_limits": c.ENV_TENANT_LIMITS,
+    "delay_queue_high_url": c.ENV_DELAY_QUEUE_HIGH_URL,
+    "delay_queue_low_url": c.ENV_DELAY_QUEUE_LOW_URL,
     "stats_flush_messages": c.ENV_STATS_FLUSH_MESSAGES,
     "scheduler_page_items": c.ENV_SCHEDULER_PAGE_ITEMS,
     "bundle_max_bytes": c.ENV_BUNDLE_MAX_BYTES,

@@ -52,7 +52,7 @@ class DeadLetter:
 def outage_backoff_seconds(request: DelayRequest, now_ms: int) -> int:
     """The wait before delivering again while the target is unreachable: short at first,
     about an eighth of the lateness later on, at most a minute."""
-    late_seconds = max(0, now_ms - request.due_ms) // 1000
+    late_seconds = max(0, now_ms - request.release_at_ms) // 1000
     return int(min(c.EMIT_RETRY_MAX_SECONDS, max(2, late_seconds // 8)))
 
 
@@ -78,20 +78,21 @@ def after_failure(
             return DeadLetter(str(Failure.REFUSED), detail)
         again = dataclasses.replace(request, attempts=attempts)
         text = Envelope(again).encode()
-        return Retry(QueueEntry(refusal_backoff_seconds(attempts), text, request.offloaded_bytes))
+        delay = refusal_backoff_seconds(attempts)
+        return Retry(QueueEntry(delay, text, request.offloaded_bytes, request.priority))
     if failure.failure is Failure.PAYLOAD_MISSING:
         return DeadLetter(str(Failure.PAYLOAD_MISSING), failure.detail)
-    if now_ms - request.due_ms > settings.target_outage_max_seconds * 1000:
+    if now_ms - request.release_at_ms > settings.target_outage_max_seconds * 1000:
         detail = (
             f"not delivered {settings.target_outage_max_seconds} s after due; "
             f"last: {failure.detail}"
         )
         return DeadLetter(str(Failure.UNAVAILABLE), detail)
     delay = outage_backoff_seconds(request, now_ms)
-    return Retry(QueueEntry(delay, entry_text, request.offloaded_bytes))
+    return Retry(QueueEntry(delay, entry_text, request.offloaded_bytes, request.priority))
 
 
 def when_due(request: DelayRequest, entry_text: str, *, now_ms: int, lead_ms: int) -> Retry:
     """Put back a message that is not due yet: released at or before its due time."""
-    delay = buckets.queue_delay_seconds(request.due_ms, now_ms, lead_ms)
-    return Retry(QueueEntry(delay, entry_text, request.offloaded_bytes))
+    delay = buckets.queue_delay_seconds(request.release_at_ms, now_ms, lead_ms)
+    return Retry(QueueEntry(delay, entry_text, request.offloaded_bytes, request.priority))

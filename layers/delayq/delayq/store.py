@@ -89,7 +89,8 @@ def message_item(request: DelayRequest, shards: int, ttl_grace_seconds: int) -> 
     stays uncompressed bytes (the reports count it). The ingest time is not stored: nothing
     read it.
     """
-    second = buckets.due_second(request.due_ms)
+    # A message a release cap deferred waits in the bucket of its release time.
+    second = buckets.due_second(request.release_at_ms)
     item: Item = {
         c.ATTR_PK: {"S": buckets.bucket_key(second, buckets.shard_of(request.delay_id, shards))},
         c.ATTR_SK: {"S": request.delay_id},
@@ -97,8 +98,14 @@ def message_item(request: DelayRequest, shards: int, ttl_grace_seconds: int) -> 
         "due_ms": {"N": str(request.due_ms)},
         "target": {"S": request.target},
         "size": {"N": str(request.size)},
-        c.ATTR_TTL: {"N": str(buckets.expires_at(request.due_ms, ttl_grace_seconds))},
+        c.ATTR_TTL: {"N": str(buckets.expires_at(request.release_at_ms, ttl_grace_seconds))},
     }
+    if request.tenant:
+        item[c.ATTR_TENANT] = {"S": request.tenant}
+    if request.priority != c.PRIORITY_NORMAL:
+        item[c.ATTR_PRIORITY] = {"S": request.priority}
+    if request.release_ms:
+        item[c.ATTR_RELEASE_MS] = {"N": str(request.release_ms)}
     if request.ts_ms:
         item[c.ATTR_TS] = {"N": str(request.ts_ms)}
     if request.offloaded_bytes:
@@ -133,6 +140,9 @@ def request_from_item(item: Item) -> DelayRequest:
         offloaded_bytes=(
             int(item[c.ATTR_OFFLOADED_BYTES]["N"]) if c.ATTR_OFFLOADED_BYTES in item else 0
         ),
+        tenant=item.get(c.ATTR_TENANT, {}).get("S", ""),
+        priority=item.get(c.ATTR_PRIORITY, {}).get("S", c.PRIORITY_NORMAL),
+        release_ms=int(item[c.ATTR_RELEASE_MS]["N"]) if c.ATTR_RELEASE_MS in item else 0,
     )
 
 
@@ -303,6 +313,27 @@ class MessageStore:
             # A later cancel of this id is already recorded: it covers everything this one does.
             if not _condition_failed(e):
                 raise
+
+    def add_to_counter(self, pk: str, amount: int, expires_s: int, deadline: Deadline) -> int:
+        """Add ``amount`` to the counter item ``pk`` (created at 0); returns the new value.
+        Atomic: concurrent adds never lose one another."""
+        response = self._call(
+            "add to counter",
+            lambda: self._client.update_item(
+                TableName=self._table,
+                Key={c.ATTR_PK: {"S": pk}, c.ATTR_SK: {"S": "-"}},
+                UpdateExpression="ADD #n :amount SET kind = :kind, #ttl = :expires",
+                ExpressionAttributeNames={"#n": "n", "#ttl": c.ATTR_TTL},
+                ExpressionAttributeValues={
+                    ":amount": {"N": str(amount)},
+                    ":kind": {"S": c.KIND_COUNTER},
+                    ":expires": {"N": str(expires_s)},
+                },
+                ReturnValues="UPDATED_NEW",
+            ),
+            deadline,
+        )
+        return int(response["Attributes"]["n"]["N"])
 
     def put_item(self, item: Item, deadline: Deadline) -> None:
         """One plain PutItem (stats items)."""

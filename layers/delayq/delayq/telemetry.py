@@ -31,6 +31,8 @@ def report_ingest(metrics: Metrics, logger: Logger, result: IngestResult) -> dic
         "rejected": len(result.rejected),
         "direct": len(result.deliveries),
         "fallback": result.direct_fallback,
+        "capped": result.capped,
+        "deferred": result.deferred,
     }
     for name, value in summary.items():
         metrics.add_metric(name=f"Ingest{name.capitalize()}", unit=MetricUnit.Count, value=value)
@@ -105,7 +107,13 @@ def report_cleanup(metrics: Metrics, outcomes: list[Outcome]) -> None:
 
 
 def _record_lateness(metrics: Metrics, deliveries: Sequence[Delivery]) -> None:
+    """Lateness (from due, or from the release slot a cap gave) and, apart, the cap delay:
+    a capped burst never reads as the pipeline being late."""
     for delivery in deliveries:
         metrics.add_metric(
             name="LatenessMs", unit=MetricUnit.Milliseconds, value=delivery.lateness_ms
         )
+        if delivery.cap_delay_ms:
+            metrics.add_metric(
+                name="CapDelayMs", unit=MetricUnit.Milliseconds, value=delivery.cap_delay_ms
+            )
