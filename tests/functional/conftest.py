@@ -17,6 +17,7 @@ from delayq.queues import DelayQueue, RejectQueue, SqsQueue, TickQueue
 from delayq.retry import Backoff, Deadline
 from delayq.scheduler import ScheduleResult, run_scheduler
 from delayq.settings import Settings
+from delayq.shaping import Shaper
 from delayq.stats import DeliveryStats
 from delayq.store import MessageStore, Watermark
 from tests.factories import (
@@ -50,6 +51,7 @@ class Pipeline:
     producer: FakeProducer
     handed_over: set[int] = field(default_factory=set)
     stats: DeliveryStats = field(default_factory=DeliveryStats)
+    shaper: Shaper | None = None
 
     def deadline(self) -> Deadline:
         return Deadline.after(60)
@@ -67,7 +69,9 @@ class Pipeline:
         return dataclasses.replace(self, store=store)
 
     def ingest(self, event: object) -> IngestResult:
-        services = IngestServices(self.store, self.delay_queue, self.rejects, self.payloads)
+        services = IngestServices(
+            self.store, self.delay_queue, self.rejects, self.payloads, shaper=self.shaper
+        )
         return ingest_batch(
             event,
             settings=self.settings,

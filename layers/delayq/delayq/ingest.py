@@ -130,7 +130,7 @@ def ingest_batch(
         admission = services.shaper.admit(delays, clock(), deadline)
         delays = admission.admitted
         result.capped, result.deferred = admission.capped, admission.deferred
-        rejections.extend(_over_quota(event, admission.over_quota))
+        rejections.extend(_over_quota(event, admission.over_quota, settings))
 
     direct: list[DelayRequest] = []
     if services.direct is not None and settings.direct_window_ms:
@@ -165,14 +165,20 @@ def ingest_batch(
     return result
 
 
-def _over_quota(event: Any, requests: Sequence[DelayRequest]) -> list[Rejection]:
-    """Rejections (``quota-exceeded``) of the records these requests were parsed from."""
-    over = {r.src for r in requests}
-    detail = "the tenant's ingest quota for this second is used up"
+def _over_quota(
+    event: Any, requests: Sequence[DelayRequest], settings: Settings
+) -> list[Rejection]:
+    """Rejections (``quota-exceeded``) of the records these requests were parsed from, each
+    naming its tenant and quota."""
+    details = {
+        r.src: f"tenant {r.owner!r} is over its ingest quota of "
+        f"{settings.limits.of(r.owner).ingest_per_second} messages/s"
+        for r in requests
+    }
     return [
-        rejection_of(record, RejectedRecord(Reason.QUOTA_EXCEEDED, detail))
+        rejection_of(record, RejectedRecord(Reason.QUOTA_EXCEEDED, details[where]))
         for record in iter_event_records(event)
-        if _coordinates(record) in over
+        if (where := _coordinates(record)) in details
     ]
 
 
