@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from delayq import buckets
+from delayq import constants as c
 from delayq.contract import DelayRequest
-from delayq.exceptions import ConfigurationError
 from delayq.limits import parse_limits
 from delayq.retry import Deadline
-from delayq.shaping import Shaper, release_slots
+from delayq.shaping import NoReleaseSlotError, Shaper, release_slots
 from delayq.store import MessageStore
 from tests.factories import NOW_MS, AwsResources, ClientProxy, delay_request, no_sleep_backoff
 
@@ -55,8 +55,22 @@ def test_a_cap_too_low_for_the_traffic_says_so() -> None:
     def always_full(_key: str, _second: int, amount: int) -> int:
         return 10**9 + amount
 
-    with pytest.raises(ConfigurationError, match=r"release cap of 'rate#a' \(1/s\) cannot place"):
+    with pytest.raises(NoReleaseSlotError, match=r"release cap of 'a' \(1/s\) cannot place"):
         release_slots(always_full, "rate#a", 100, 1, 1)
+
+
+def test_past_full_seconds_the_probe_gallops_and_never_exceeds_the_cap() -> None:
+    counters = DictCounters()
+    for second in range(100, 1100):  # a long burst another container placed
+        counters.values["rate#a", second] = 3
+    slots = release_slots(counters, "rate#a", 100, 5, 3)
+    assert counters.claims < 40  # not one claim per full second
+    assert sum(n for _, n in slots) == 5
+    assert all(second >= 1100 for second, _ in slots)
+    assert all(n <= 3 for _, n in slots)
+    # Once a second has room, the next ones are taken in order again.
+    (first, _), (second, _) = slots
+    assert second == first + 1
 
 
 @pytest.fixture
@@ -98,7 +112,7 @@ def test_tenants_without_limits_pass_unchanged_and_cost_no_request(aws: AwsResou
     requests = burst("free", 50)
     admission = shaper.admit(requests, NOW_MS, Deadline.after(30))
     assert admission.admitted == requests
-    assert (admission.capped, admission.deferred, admission.over_quota) == (0, 0, [])
+    assert (admission.capped, admission.deferred, admission.refused) == (0, 0, [])
     assert proxy.calls == []
 
 
@@ -165,12 +179,15 @@ def test_over_its_quota_a_tenant_is_rejected_and_the_next_second_admits_again(
     shaper = Shaper(store, parse_limits('{"noisy": {"ingest_per_second": 5}}'))
     first = shaper.admit(burst("noisy", 8), NOW_MS, Deadline.after(30))
     assert [r.delay_id for r in first.admitted] == [f"noisy-{i}" for i in range(5)]
-    assert [r.delay_id for r in first.over_quota] == [f"noisy-{i}" for i in range(5, 8)]
+    assert [r.delay_id for r, _ in first.refused] == [f"noisy-{i}" for i in range(5, 8)]
+    assert {why for _, why in first.refused} == {
+        "tenant 'noisy' is over its ingest quota of 5 messages/s"
+    }
     assert first.deferred == 0
     same_second = shaper.admit(burst("noisy", 2), NOW_MS + 999 - NOW_MS % 1000, Deadline.after(30))
-    assert (len(same_second.admitted), len(same_second.over_quota)) == (0, 2)
+    assert (len(same_second.admitted), len(same_second.refused)) == (0, 2)
     next_second = shaper.admit(burst("noisy", 2), NOW_MS + 1000, Deadline.after(30))
-    assert (len(next_second.admitted), len(next_second.over_quota)) == (2, 0)
+    assert (len(next_second.admitted), len(next_second.refused)) == (2, 0)
 
 
 def test_over_its_quota_a_deferring_tenant_is_released_at_the_quota_rate(
@@ -180,10 +197,26 @@ def test_over_its_quota_a_deferring_tenant_is_released_at_the_quota_rate(
         store, parse_limits('{"noisy": {"ingest_per_second": 4, "over_quota": "defer"}}')
     )
     admission = shaper.admit(burst("noisy", 12), NOW_MS, Deadline.after(30))
-    assert admission.over_quota == []
+    assert admission.refused == []
     assert admission.deferred == 8
     assert len(admission.admitted) == 12
     assert all(r.release_at_ms >= r.due_ms for r in admission.admitted)
     # Within the quota: at due. Deferred: 4 per second from due on (their own counter).
     released = {r.delay_id: buckets.due_second(r.release_at_ms) for r in admission.admitted}
     assert [released[f"noisy-{i}"] for i in range(12)] == [DUE_S] * 8 + [DUE_S + 1] * 4
+
+
+def test_messages_a_cap_cannot_place_are_refused_and_the_rest_admitted(
+    store: MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(c, "MAX_RELEASE_SPREAD_SECONDS", 2)
+    shaper = Shaper(store, parse_limits('{"bulk": {"release_per_second": 2}}'))
+    requests = burst("bulk", 4) + burst("other", 2)
+    admission = shaper.admit(requests, NOW_MS, Deadline.after(30))
+    # Seconds due, +1, +2 hold 6; the other tenant has no limit.
+    assert len(admission.admitted) == 6
+    assert admission.refused == []
+    late = [dataclasses.replace(r, delay_id=f"late-{r.delay_id}") for r in burst("bulk", 3)]
+    refused = shaper.admit(late, NOW_MS, Deadline.after(30)).refused
+    assert [r.delay_id for r, _ in refused] == ["late-bulk-0", "late-bulk-1", "late-bulk-2"]
+    assert "release cap of 'bulk' (2/s) cannot place it within 2 s" in refused[0][1]

@@ -130,7 +130,7 @@ def ingest_batch(
         admission = services.shaper.admit(delays, clock(), deadline)
         delays = admission.admitted
         result.capped, result.deferred = admission.capped, admission.deferred
-        rejections.extend(_over_quota(event, admission.over_quota, settings))
+        rejections.extend(_refused(event, admission.refused))
 
     direct: list[DelayRequest] = []
     if services.direct is not None and settings.direct_window_ms:
@@ -165,16 +165,10 @@ def ingest_batch(
     return result
 
 
-def _over_quota(
-    event: Any, requests: Sequence[DelayRequest], settings: Settings
-) -> list[Rejection]:
-    """Rejections (``quota-exceeded``) of the records these requests were parsed from, each
-    naming its tenant and quota."""
-    details = {
-        r.src: f"tenant {r.owner!r} is over its ingest quota of "
-        f"{settings.limits.of(r.owner).ingest_per_second} messages/s"
-        for r in requests
-    }
+def _refused(event: Any, refused: Sequence[tuple[DelayRequest, str]]) -> list[Rejection]:
+    """Rejections (``quota-exceeded``) of the records the tenant limits refused, each with
+    why (the tenant and its limit)."""
+    details = {r.src: detail for r, detail in refused}
     return [
         rejection_of(record, RejectedRecord(Reason.QUOTA_EXCEEDED, details[where]))
         for record in iter_event_records(event)
