@@ -19,6 +19,7 @@ from hypothesis import settings as hypothesis_settings
 from delayq.contract import DelayRequest
 from delayq.retry import Backoff
 from delayq.settings import Settings
+from delayq.store import MessageStore
 
 ROOT = Path(__file__).resolve().parent.parent
 EVENTS = ROOT / "events"
@@ -376,6 +377,18 @@ def delay_request(
 ) -> DelayRequest:
     """A parsed delay request, for the adapters that take one."""
     return DelayRequest(delay_id, target, due_ms, key, value, headers, src, payload_ref)
+
+
+def store_of(client: Any, settings: Settings) -> MessageStore:
+    """The message table through ``client``, shaped by ``settings``, with no real sleeps."""
+    return MessageStore(
+        client,
+        settings.table_name,
+        shards=settings.shards,
+        ttl_grace_seconds=settings.ttl_grace_seconds,
+        max_delay_seconds=settings.max_delay_seconds,
+        backoff=no_sleep_backoff(),
+    )
 
 
 def no_sleep_backoff(

@@ -16,7 +16,7 @@ from delayq.limits import parse_limits
 from delayq.retry import Deadline
 from delayq.shaping import NoReleaseSlotError, Shaper, release_slots
 from delayq.store import MessageStore
-from tests.factories import NOW_MS, AwsResources, ClientProxy, delay_request, no_sleep_backoff
+from tests.factories import NOW_MS, AwsResources, ClientProxy, delay_request, store_of
 
 DUE_S = NOW_MS // 1000 + 600
 
@@ -80,15 +80,7 @@ def store(aws: AwsResources) -> MessageStore:
 
 def counted_store(aws: AwsResources) -> tuple[MessageStore, ClientProxy]:
     proxy = ClientProxy(aws.dynamodb, update_item=aws.dynamodb.update_item)
-    store = MessageStore(
-        proxy,
-        aws.settings.table_name,
-        shards=aws.settings.shards,
-        ttl_grace_seconds=aws.settings.ttl_grace_seconds,
-        max_delay_seconds=aws.settings.max_delay_seconds,
-        backoff=no_sleep_backoff(),
-    )
-    return store, proxy
+    return store_of(proxy, aws.settings), proxy
 
 
 def burst(
