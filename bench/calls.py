@@ -223,7 +223,7 @@ def run_path(path: str, count: int, workload: Workload = ISSUE_7, seed: int = 11
 
 @dataclass
 class CallFigures:
-    """Every path's counts and the headline figures checked against issue 7's targets."""
+    """Every path's counts and the headline figures checked against the targets."""
 
     paths: dict[str, PathCounts]
     workload: Workload

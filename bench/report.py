@@ -305,9 +305,9 @@ def _details(doc: Mapping[str, Any]) -> list[str]:
     out.append(f"  cost model, this design (prices of {details['prices_as_of']}):")
     for line in details["designs"]["this_design"]["lines"]:
         out.append(f"    {line['usd_per_million']:8.4f}  {line['component']}: {line['detail']}")
-    for line in details["designs"]["this_design"]["outside_issue_price_list"]:
+    for line in details["designs"]["this_design"]["outside_price_list"]:
         out.append(
-            f"   ({line['usd_per_million']:8.4f}) {line['component']} (not in issue 7's list): "
+            f"   ({line['usd_per_million']:8.4f}) {line['component']} (outside the list): "
             f"{line['detail']}"
         )
     out.append(
