@@ -153,10 +153,14 @@ def measure_local(options: FairnessOptions, out: TextIO) -> dict[str, Any]:
     phase must not pay for the other's items); the figures of each and the comparison."""
     phases: dict[str, Any] = {}
     started = time.monotonic()
-    for phase in PHASES:
-        phases[phase.name] = _measure_phase(options, phase, out)
-        b = phases[phase.name]["bystanders"]["lateness_ms"]
-        out.write(f"   fairness {phase.name}: bystander p99 {b['p99']} ms\n")
+    # One log file for both: the handlers' loggers keep the stream of their first cold start.
+    log_path = ROOT / "results" / "bench-fairness-handlers.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("w") as handler_output, contextlib.redirect_stdout(handler_output):
+        for phase in PHASES:
+            phases[phase.name] = _measure_phase(options, phase, out)
+            b = phases[phase.name]["bystanders"]["lateness_ms"]
+            out.write(f"   fairness {phase.name}: bystander p99 {b['p99']} ms\n")
     before, after = phases["before"], phases["after"]
     return {
         "phases": phases,
@@ -201,14 +205,7 @@ def _measure_phase(options: FairnessOptions, phase: _Phase, out: TextIO) -> dict
             horizon_seconds=60, lookahead_seconds=50, tick_seconds=5, ttl_grace_seconds=900
         ),
     )
-    log_path = ROOT / "results" / f"bench-fairness-{phase.name}-handlers.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with (
-        log_path.open("w") as handler_output,
-        contextlib.redirect_stdout(handler_output),
-        warnings.catch_warnings(),
-        EmbeddedStack(config) as stack,
-    ):
+    with warnings.catch_warnings(), EmbeddedStack(config) as stack:
         warnings.filterwarnings("ignore", message="No application metrics to publish")
         horizon = stack.config.time.horizon_seconds if stack.config.time else 900
         tuning = CONSUMER_TUNING if stack.mock_kafka is not None else None
