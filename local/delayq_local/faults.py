@@ -22,8 +22,9 @@ before any handler runs (`ActiveFaults`) and removes it when it stops. Its piece
   `delayq.clock.handler_clock`, the clock every handler takes when it is imported.
 
 Never early under skew: the invariant is "never early (same clock)", and the reference clock is
-the emitter's. Ingest, scheduler and cleanup skew must not make anything early in true time;
-an emitter whose clock is ahead emits early in true time by exactly its error, which nothing in
+the producing function's: the emitter's, or ingest's for what its direct path produces (due
+within its window). Scheduler and cleanup skew must not make anything early in true time; a
+producer whose clock is ahead delivers early in true time by exactly its error, which nothing in
 the design can detect (the report's `early_received` shows it).
 """
 
