@@ -28,6 +28,18 @@ def parse(argv: list[str] | None = None) -> Options:
         help="the embedded local stack measurements (default: auto; --quick: no)",
     )
     parser.add_argument("--burst", type=int, default=None, help="local burst size (default: 20000)")
+    parser.add_argument(
+        "--fairness",
+        choices=("auto", "yes", "no"),
+        default=None,
+        help="the local fairness run (default: auto; --quick: no)",
+    )
+    parser.add_argument(
+        "--fairness-burst", type=int, default=None, help="its burst size (default: 20000)"
+    )
+    parser.add_argument(
+        "--fairness-cap", type=int, default=None, help="the burst tenant's cap (default: 100/s)"
+    )
     parser.add_argument("--steady-rate", type=float, default=None, help="messages/s locally")
     parser.add_argument("--steady-seconds", type=float, default=None, help="default: 60")
     parser.add_argument("--repeats", type=int, default=None, help="timed CPU runs (7)")
@@ -48,6 +60,14 @@ def parse(argv: list[str] | None = None) -> Options:
     if args.steady_seconds is not None:
         local = replace(local, steady_seconds=args.steady_seconds)
     options = replace(options, local=local)
+    fairness = options.fairness
+    if args.fairness is not None:
+        fairness = replace(fairness, enabled=args.fairness)
+    if args.fairness_burst is not None:
+        fairness = replace(fairness, burst_messages=args.fairness_burst)
+    if args.fairness_cap is not None:
+        fairness = replace(fairness, release_per_second=args.fairness_cap)
+    options = replace(options, fairness=fairness)
     if args.repeats is not None:
         options = replace(options, cpu=replace(options.cpu, repeats=args.repeats))
     if args.profile is not None:

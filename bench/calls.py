@@ -282,7 +282,7 @@ def _reschedule_record(offset: int, message: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class CallFigures:
-    """Every path's counts and the headline figures checked against issue 7's targets."""
+    """Every path's counts and the headline figures checked against the targets."""
 
     paths: dict[str, PathCounts]
     workload: Workload

@@ -85,12 +85,12 @@ PRICES: Final[Mapping[str, Price]] = {
     "cloudwatch_logs_gb": Price(
         0.50,
         "GB ingested (standard log class)",
-        "https://aws.amazon.com/cloudwatch/pricing/ (not in issue 7's list; shown separately)",
+        "https://aws.amazon.com/cloudwatch/pricing/ (outside the reference list; shown apart)",
     ),
 }
 """Verified against stored copies of the pricing pages and price-cut announcements on
 2026-11-21 (SQS, DynamoDB on-demand, Lambda, EventBridge Scheduler, Step Functions); S3 and
-CloudWatch Logs as given in the brief / the public price list."""
+CloudWatch Logs as given in the public price lists."""
 
 
 def price(name: str) -> float:
@@ -260,7 +260,7 @@ class DesignCost:
 
     @property
     def total(self) -> float:
-        """Dollars per million messages (lines in issue 7's price list)."""
+        """Dollars per million messages (lines in the reference price list)."""
         return sum(line.usd_per_million for line in self.lines)
 
     def add(self, component: str, usd_per_message: float, detail: str) -> None:
@@ -272,7 +272,7 @@ class DesignCost:
         return {
             "usd_per_million": round(self.total, 4),
             "lines": [asdict(line) for line in self.lines],
-            "outside_issue_price_list": [asdict(line) for line in self.outside_list],
+            "outside_price_list": [asdict(line) for line in self.outside_list],
             "notes": self.notes,
         }
 
@@ -445,7 +445,7 @@ def _functions(
     *,
     explicit_delete: bool,
 ) -> None:
-    """Lambda lines of this design, and what falls outside issue 7's price list."""
+    """Lambda lines of this design, and what falls outside the reference price list."""
     long_ = workload.long_share
     lg = m.long
     ticks_per_day = DAY_SECONDS / 60
@@ -543,7 +543,7 @@ def _functions(
             "(25 a call) costing the item's size in WRU"
         )
 
-    # Outside issue 7's list: CloudWatch Logs ingestion of what the functions print.
+    # Outside the reference price list: CloudWatch Logs ingestion of what the functions print.
     log_bytes = (m.ingest_log_bytes + a.platform_log_bytes_per_invocation) / m.ingest_batch + (
         m.emitter_log_bytes + a.platform_log_bytes_per_invocation
     ) / rb_emit

@@ -40,7 +40,7 @@ class LocalOptions:
     """The measurements on the embedded local stack."""
 
     enabled: str = "auto"  # "auto": run when the stack starts; "yes": fail if it cannot; "no"
-    # Issue 7's default. It takes a few minutes only with the local runner's moto SQS patches
+    # The default. It takes a few minutes only with the local runner's moto SQS patches
     # (delayq_local.moto_fixes): plain moto's receive slows down linearly with queue depth
     # (moto_depth_probe).
     burst_messages: int = 20_000

@@ -110,6 +110,7 @@ def summary_rows(doc: Mapping[str, Any]) -> list[tuple[str, str, str, str, str]]
                 "model from measured per-invocation cost + AWS limits",
             )
         )
+    rows += _fairness_rows(doc.get("fairness") or {})
     stored = doc.get("stored_item")
     if stored:
         rows.append(
@@ -304,9 +305,9 @@ def _details(doc: Mapping[str, Any]) -> list[str]:
     out.append(f"  cost model, this design (prices of {details['prices_as_of']}):")
     for line in details["designs"]["this_design"]["lines"]:
         out.append(f"    {line['usd_per_million']:8.4f}  {line['component']}: {line['detail']}")
-    for line in details["designs"]["this_design"]["outside_issue_price_list"]:
+    for line in details["designs"]["this_design"]["outside_price_list"]:
         out.append(
-            f"   ({line['usd_per_million']:8.4f}) {line['component']} (not in issue 7's list): "
+            f"   ({line['usd_per_million']:8.4f}) {line['component']} (outside the list): "
             f"{line['detail']}"
         )
     out.append(
@@ -333,3 +334,47 @@ def write(doc: Mapping[str, Any], out_dir: Path) -> tuple[Path, Path]:
     json_path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
     md_path.write_text(markdown(doc))
     return json_path, md_path
+
+
+def _fairness_rows(fairness: Mapping[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """Bystander and burst lateness before and after the tenant features."""
+    rows: list[tuple[str, str, str, str, str]] = []
+    local = fairness.get("local")
+    if local:
+        by, burst = local["bystander_p99_ms"], local["burst_p99_ms"]
+        after = local["phases"]["after"]["burst"]
+        rows.append(
+            (
+                "fairness (local): bystander p99 before / after (ms)",
+                f"{_fmt(by['before'], 0)} / {_fmt(by['after'], 0)}",
+                f"after <= {_fmt(local['goal_bystander_p99_ms'], 0)}",
+                _verdict(local.get("met")),
+                local["source"],
+            )
+        )
+        rows.append(
+            (
+                "fairness (local): burst p99 from release before / after (ms); max per "
+                "release second / per emitted second; early",
+                f"{_fmt(burst['before'], 0)} / {_fmt(burst['after'], 0)}; "
+                f"{after['max_per_release_second']} / {after['max_per_second']}; "
+                f"{after['early']}",
+                "cap kept, 0 early",
+                _verdict(bool(after["cap_respected"]) and after["early"] == 0),
+                local["source"],
+            )
+        )
+    aws = fairness.get("aws_scale")
+    if aws:
+        for goal in aws["goals"]:
+            lifted = "" if goal["met"] or goal["lifts"] == "-" else f"; lifted by {goal['lifts']}"
+            rows.append(
+                (
+                    f"fairness (10 M in AWS): {goal['name']} (ms)",
+                    _fmt(goal["figure_ms"], 0),
+                    f"<= {_fmt(goal['goal_ms'], 0)}",
+                    _verdict(goal["met"]),
+                    f"model; bound by {goal['bound_by']}{lifted}",
+                )
+            )
+    return rows

@@ -16,6 +16,8 @@ from bench import cpu as cpu_mod
 from bench import items as items_mod
 from bench import memory as memory_mod
 from bench.burst import scale_out_model, scheduler_probe, steady_emitter_concurrency
+from bench.fairness import FairnessOptions, aws_scale_model
+from bench.fairness import measure_local as measure_fairness
 from bench.fakes import write_units
 from bench.handlers import measure_handlers
 from bench.harness import bench_settings
@@ -41,6 +43,7 @@ class Options:
     probe_send_latency_ms: float = 10.0
     profile: str = "auto"
     local: LocalOptions = field(default_factory=LocalOptions)
+    fairness: FairnessOptions = field(default_factory=FairnessOptions)
     command: str = "make bench"
 
 
@@ -54,6 +57,7 @@ QUICK = Options(
     probe_send_latency_ms=2000.0,
     profile="never",
     local=LocalOptions(enabled="no"),
+    fairness=FairnessOptions(enabled="no"),
     command="python -m bench --quick",
 )
 
@@ -181,6 +185,8 @@ def run(options: Options, out: TextIO = sys.stderr) -> dict[str, Any]:
             log.warning("local stack measurements skipped: %s", local_error)
             out.write(f"   skipped: {local_error}\n")
 
+    fairness = _fairness(options, out, local, burst_model.drain_seconds_after_due, measured, model)
+
     doc = assemble(
         options=options,
         machine=machine,
@@ -196,7 +202,46 @@ def run(options: Options, out: TextIO = sys.stderr) -> dict[str, Any]:
         stored_item=items,
         emitter_memory=memory,
     )
+    doc["fairness"] = fairness
     return doc
+
+
+def _fairness(  # noqa: PLR0917 -- one call site, every input named there
+    options: Options,
+    out: TextIO,
+    local: dict[str, Any] | None,
+    standard_drain_seconds: float,
+    measured: cost_mod.MeasuredInputs,
+    model: Any,
+) -> dict[str, Any]:
+    """Bystander and burst lateness: measured on the local stack, modelled at AWS scale."""
+    settings = bench_settings()
+    steady = ((local or {}).get("lateness") or {}).get("p99")
+    aws = aws_scale_model(
+        messages=10_000_000,
+        value_bytes=1024,
+        emitter_cpu_ms_per_message=measured.emitter_cpu_ms_per_batch / measured.emitter_batch,
+        emitter_memory_mb=model.functions.memory_mb["emitter"],
+        bundle_messages=settings.bundle_max_messages,
+        bundle_bytes=settings.bundle_max_bytes,
+        emit_lead_ms=settings.emit_lead_ms,
+        steady_p99_ms=float(steady) if steady is not None else None,
+        standard_drain_seconds=standard_drain_seconds,
+    )
+    result: dict[str, Any] = {"aws_scale": aws, "local": None, "local_error": ""}
+    if options.fairness.enabled == "no":
+        return result
+    t = _step(out, "local stack: fairness (a burst of one tenant, another tenant due during it)")
+    try:
+        result["local"] = measure_fairness(options.fairness, out)
+        out.write(f"   ({time.monotonic() - t:.0f} s)\n")
+    except Exception as e:
+        if options.fairness.enabled == "yes":
+            raise
+        result["local_error"] = f"{type(e).__name__}: {e}"
+        log.warning("local fairness measurements skipped: %s", result["local_error"])
+        out.write(f"   skipped: {result['local_error']}\n")
+    return result
 
 
 def assemble(

@@ -1,4 +1,4 @@
-"""The benchmark workload: issue 7's delay mix, 1 KB messages, and the events Lambda would
+"""The benchmark workload: the reference delay mix, 1 KB messages, and the events Lambda would
 deliver for them (Kafka batches for ingest, SQS batches for the emitter).
 
 Everything is deterministic (seeded); building events is never part of a timed region.
@@ -60,7 +60,7 @@ class DelayBand:
 
 @dataclass(frozen=True)
 class Workload:
-    """A daily volume, a delay mix and a message size (issue 7 by default)."""
+    """A daily volume, a delay mix and a message size (the reference workload by default)."""
 
     messages_per_day: float = 100e6
     bands: tuple[DelayBand, ...] = (

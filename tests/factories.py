@@ -19,6 +19,7 @@ from hypothesis import settings as hypothesis_settings
 from delayq.contract import DelayRequest
 from delayq.retry import Backoff
 from delayq.settings import Settings
+from delayq.store import MessageStore
 
 ROOT = Path(__file__).resolve().parent.parent
 EVENTS = ROOT / "events"
@@ -290,7 +291,7 @@ class RecordingSqs:
         self.fail_ids_once: set[str] = set()
         self.raise_after: int | None = None
         self.calls = 0
-        self.visibility_changes: list[tuple[str, int]] = []
+        self.visibility_changes: list[tuple[str, str, int]] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -301,7 +302,7 @@ class RecordingSqs:
         ReceiptHandle: str,  # noqa: N803
         VisibilityTimeout: int,  # noqa: N803
     ) -> dict[str, Any]:
-        self.visibility_changes.append((ReceiptHandle, VisibilityTimeout))
+        self.visibility_changes.append((QueueUrl, ReceiptHandle, VisibilityTimeout))
         response: dict[str, Any] = self._inner.change_message_visibility(
             QueueUrl=QueueUrl, ReceiptHandle=ReceiptHandle, VisibilityTimeout=VisibilityTimeout
         )
@@ -335,6 +336,11 @@ class RecordingSqs:
         return [e for e in self.sent if e.queue_url == url]
 
 
+def queue_arn(url: str) -> str:
+    """The ARN of the queue at ``url`` (what an SQS event record names as its source)."""
+    return f"arn:aws:sqs:{REGION}:123456789012:{url.rsplit('/', 1)[-1]}"
+
+
 def sqs_event(entries: list[SentEntry], receive_count: int = 1) -> dict[str, Any]:
     """An SQS event (as the Lambda event source delivers it) for recorded entries."""
     return {
@@ -352,7 +358,7 @@ def sqs_event(entries: list[SentEntry], receive_count: int = 1) -> dict[str, Any
                 "messageAttributes": {},
                 "md5OfBody": "0" * 32,
                 "eventSource": "aws:sqs",
-                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:delayq-delay",
+                "eventSourceARN": queue_arn(e.queue_url),
                 "awsRegion": "us-east-1",
             }
             for i, e in enumerate(entries)
@@ -373,6 +379,18 @@ def delay_request(
 ) -> DelayRequest:
     """A parsed delay request, for the adapters that take one."""
     return DelayRequest(delay_id, target, due_ms, key, value, headers, src, payload_ref)
+
+
+def store_of(client: Any, settings: Settings) -> MessageStore:
+    """The message table through ``client``, shaped by ``settings``, with no real sleeps."""
+    return MessageStore(
+        client,
+        settings.table_name,
+        shards=settings.shards,
+        ttl_grace_seconds=settings.ttl_grace_seconds,
+        max_delay_seconds=settings.max_delay_seconds,
+        backoff=no_sleep_backoff(),
+    )
 
 
 def no_sleep_backoff(

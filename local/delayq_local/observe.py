@@ -29,6 +29,13 @@ class Delivery:
     emitted_ms: int
     received_ms: int
     attempt: int
+    # When a release-rate cap let it go (delay-release-ms; 0: at its due time).
+    release_ms: int = 0
+
+    @property
+    def free_ms(self) -> int:
+        """When it was free to go: its due time, or the later slot a release cap gave it."""
+        return max(self.due_ms, self.release_ms)
 
 
 @dataclass(frozen=True)
@@ -123,6 +130,7 @@ class DeliveryObserver:
                 emitted_ms=int(_text(fields[c.HEADER_EMITTED_MS])),
                 received_ms=received_ms,
                 attempt=int(_text(fields.get(c.HEADER_ATTEMPT) or b"1")),
+                release_ms=int(_text(fields.get(c.HEADER_RELEASE_MS) or b"0")),
             )
         except (KeyError, ValueError) as e:
             self.unreadable += 1

@@ -142,7 +142,7 @@ class DemoReport:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (the keys issue 4 names, and the rest)."""
+        """A JSON-ready dict (the documented keys, and the rest)."""
         return asdict(self)
 
     def write(self, directory: Path, deliveries: Sequence[Delivery]) -> tuple[Path, Path]:

@@ -17,6 +17,7 @@ from delayq.queues import DelayQueue, RejectQueue, SqsQueue, TickQueue
 from delayq.retry import Backoff, Deadline
 from delayq.scheduler import ScheduleResult, run_scheduler
 from delayq.settings import Settings
+from delayq.shaping import Shaper
 from delayq.stats import DeliveryStats
 from delayq.store import MessageStore, Watermark
 from tests.factories import (
@@ -26,6 +27,7 @@ from tests.factories import (
     RecordingSqs,
     SentEntry,
     sqs_event,
+    store_of,
 )
 
 
@@ -50,24 +52,19 @@ class Pipeline:
     producer: FakeProducer
     handed_over: set[int] = field(default_factory=set)
     stats: DeliveryStats = field(default_factory=DeliveryStats)
+    shaper: Shaper | None = None
 
     def deadline(self) -> Deadline:
         return Deadline.after(60)
 
     def with_store_client(self, client: Any) -> Pipeline:
         """The same pipeline reading the table through another client (a recording proxy)."""
-        store = MessageStore(
-            client,
-            self.settings.table_name,
-            shards=self.settings.shards,
-            ttl_grace_seconds=self.settings.ttl_grace_seconds,
-            max_delay_seconds=self.settings.max_delay_seconds,
-            backoff=no_sleep_backoff(),
-        )
-        return dataclasses.replace(self, store=store)
+        return dataclasses.replace(self, store=store_of(client, self.settings))
 
     def ingest(self, event: object) -> IngestResult:
-        services = IngestServices(self.store, self.delay_queue, self.rejects, self.payloads)
+        services = IngestServices(
+            self.store, self.delay_queue, self.rejects, self.payloads, shaper=self.shaper
+        )
         return ingest_batch(
             event,
             settings=self.settings,
@@ -184,14 +181,7 @@ def pipeline(aws: AwsResources, clock: FakeClock) -> Pipeline:
     s = aws.settings.with_overrides(horizon_seconds=300, lookahead_seconds=240)
     sqs = RecordingSqs(aws.sqs, clock)
     backoff = no_sleep_backoff()
-    store = MessageStore(
-        aws.dynamodb,
-        s.table_name,
-        shards=s.shards,
-        ttl_grace_seconds=s.ttl_grace_seconds,
-        max_delay_seconds=s.max_delay_seconds,
-        backoff=backoff,
-    )
+    store = store_of(aws.dynamodb, s)
     payloads = PayloadStore(aws.s3, s.payload_bucket, backoff)
     return Pipeline(
         settings=s,

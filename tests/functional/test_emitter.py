@@ -171,7 +171,7 @@ def test_when_nothing_can_be_sent_back_the_message_fails_with_a_short_back_off(
     )
     result = p.emit([entry(p, NOW_MS)], receive_count=3, receipt_handles=[msg["ReceiptHandle"]])
     assert len(result.failed) == 1
-    assert p.sqs.visibility_changes == [(msg["ReceiptHandle"], 8)]
+    assert p.sqs.visibility_changes == [(p.settings.delay_queue_url, msg["ReceiptHandle"], 8)]
 
 
 def test_no_delivery_report_before_the_timeout_is_an_unreachable_target(p: Pipeline) -> None:

@@ -25,6 +25,8 @@ QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/{}"
 RESOURCE_VALUES = {
     "MessageTable": f"{STACK}-MessageTable-1QZ8XK2M4N6P",
     "DelayQueue": QUEUE_URL.format(f"{STACK}-DelayQueue-3V5T7R9P1N2M"),
+    "DelayHighQueue": QUEUE_URL.format(f"{STACK}-DelayHighQueue-6Q8S0U2W4Y6A"),
+    "DelayLowQueue": QUEUE_URL.format(f"{STACK}-DelayLowQueue-7R9T1V3X5Z7B"),
     "TickQueue": QUEUE_URL.format(f"{STACK}-TickQueue-8JX2K4M6N1PQ.fifo"),
     "RejectQueue": QUEUE_URL.format(f"{STACK}-RejectQueue-5B7N9M1K3J5H"),
     "DelayDeadLetterQueue": QUEUE_URL.format(f"{STACK}-DelayDeadLetterQueue-2C4E6G8J0L1N"),

@@ -23,17 +23,31 @@ from tests.template.conftest import FUNCTIONS, ROOT
 RESOURCE_VARIABLES = {
     c.ENV_TABLE_NAME: {"Ref": "MessageTable"},
     c.ENV_DELAY_QUEUE_URL: {"Ref": "DelayQueue"},
+    c.ENV_DELAY_QUEUE_HIGH_URL: {"Ref": "DelayHighQueue"},
+    c.ENV_DELAY_QUEUE_LOW_URL: {"Ref": "DelayLowQueue"},
     c.ENV_TICK_QUEUE_URL: {"Ref": "TickQueue"},
     c.ENV_REJECT_QUEUE_URL: {"Ref": "RejectQueue"},
     c.ENV_PAYLOAD_BUCKET: {"Ref": "PayloadBucket"},
     c.ENV_DELAY_DLQ_URL: {"Ref": "DelayDeadLetterQueue"},
 }
 
+# The delay queues, one per priority class: every function that queues messages gets all three.
+DELAY_QUEUES = {
+    c.ENV_DELAY_QUEUE_URL: {"Ref": "DelayQueue"},
+    c.ENV_DELAY_QUEUE_HIGH_URL: {"Ref": "DelayHighQueue"},
+    c.ENV_DELAY_QUEUE_LOW_URL: {"Ref": "DelayLowQueue"},
+}
+DELAY_QUEUE_ARNS = [
+    {"Fn::GetAtt": ["DelayQueue", "Arn"]},
+    {"Fn::GetAtt": ["DelayHighQueue", "Arn"]},
+    {"Fn::GetAtt": ["DelayLowQueue", "Arn"]},
+]
+
 # Exactly the function-level variables each function gets (least exposure).
 FUNCTION_VARIABLES = {
     "IngestFunction": {
         c.ENV_TABLE_NAME: {"Ref": "MessageTable"},
-        c.ENV_DELAY_QUEUE_URL: {"Ref": "DelayQueue"},
+        **DELAY_QUEUES,
         c.ENV_REJECT_QUEUE_URL: {"Ref": "RejectQueue"},
         c.ENV_PAYLOAD_BUCKET: {"Ref": "PayloadBucket"},
         c.ENV_ALLOWED_TARGETS: {"Ref": "AllowedTargets"},
@@ -41,6 +55,7 @@ FUNCTION_VARIABLES = {
         c.ENV_OFFLOAD_THRESHOLD_BYTES: {"Ref": "OffloadThresholdBytes"},
         c.ENV_INGEST_TIMEOUT_SECONDS: "60",
         c.ENV_DIRECT_WINDOW_MS: {"Ref": "DirectWindowMs"},
+        c.ENV_TENANT_LIMITS: {"Ref": "TenantLimits"},
         c.ENV_KAFKA_BOOTSTRAP: {"Ref": "KafkaBootstrapServers"},
         c.ENV_KAFKA_SECURITY: {"Ref": "KafkaSecurity"},
         c.ENV_KAFKA_SECRET_ARN: {"Fn::If": ["UsesScram", {"Ref": "KafkaSecretArn"}, ""]},
@@ -50,11 +65,11 @@ FUNCTION_VARIABLES = {
     },
     "SchedulerFunction": {
         c.ENV_TABLE_NAME: {"Ref": "MessageTable"},
-        c.ENV_DELAY_QUEUE_URL: {"Ref": "DelayQueue"},
+        **DELAY_QUEUES,
     },
     "EmitterFunction": {
         c.ENV_TABLE_NAME: {"Ref": "MessageTable"},
-        c.ENV_DELAY_QUEUE_URL: {"Ref": "DelayQueue"},
+        **DELAY_QUEUES,
         c.ENV_DELAY_DLQ_URL: {"Ref": "DelayDeadLetterQueue"},
         c.ENV_REJECT_QUEUE_URL: {"Ref": "RejectQueue"},
         c.ENV_PAYLOAD_BUCKET: {"Ref": "PayloadBucket"},
@@ -66,7 +81,7 @@ FUNCTION_VARIABLES = {
     },
     "CleanupFunction": {
         c.ENV_TABLE_NAME: {"Ref": "MessageTable"},
-        c.ENV_DELAY_QUEUE_URL: {"Ref": "DelayQueue"},
+        **DELAY_QUEUES,
     },
 }
 
@@ -95,6 +110,8 @@ PARAMETER_DEFAULTS = {
 # Queues a function consumes, and the queue that catches what fails there.
 SOURCE_QUEUES = {
     "DelayQueue": ("EmitterFunction", "DelayDeadLetterQueue"),
+    "DelayHighQueue": ("EmitterFunction", "DelayDeadLetterQueue"),
+    "DelayLowQueue": ("EmitterFunction", "DelayDeadLetterQueue"),
     "TickQueue": ("SchedulerFunction", "TickDeadLetterQueue"),
 }
 # Terminal dead-letter destinations, and what feeds each.
@@ -333,14 +350,64 @@ def test_scheduler_consumes_the_tick_queue_one_tick_at_a_time(resources: dict[st
 def test_emitter_batching_window_fits_inside_the_emit_lead(
     resources: dict[str, Any],
 ) -> None:
-    (source,) = events_of(resources, "EmitterFunction", "SQS")
-    assert source["Queue"] == arn_of("DelayQueue")
-    assert source["BatchSize"] == 100
-    # A message is released DEFAULT_EMIT_LEAD_MS before due; waiting out the batching window
-    # (plus polling) must still leave it early, for the emitter to hold, never late.
-    assert source["MaximumBatchingWindowInSeconds"] * 1000 < DEFAULT_EMIT_LEAD_MS
-    assert source["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
-    assert source["ScalingConfig"]["MaximumConcurrency"] == {"Ref": "EmitterMaxConcurrency"}
+    sources = events_of(resources, "EmitterFunction", "SQS")
+    assert [s["Queue"] for s in sources] == DELAY_QUEUE_ARNS
+    for source in sources:
+        assert source["BatchSize"] == 100
+        # A message is released DEFAULT_EMIT_LEAD_MS before due; waiting out the batching
+        # window (plus polling) must still leave it early, for the emitter to hold, never late.
+        assert source["MaximumBatchingWindowInSeconds"] * 1000 < DEFAULT_EMIT_LEAD_MS
+        assert source["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+
+
+def test_each_priority_class_has_its_own_concurrency_or_provisioned_pollers(
+    resources: dict[str, Any],
+) -> None:
+    sources = events_of(resources, "EmitterFunction", "SQS")
+    concurrency = [
+        "EmitterMaxConcurrency",
+        "EmitterHighMaxConcurrency",
+        "EmitterLowMaxConcurrency",
+    ]
+    for source, parameter in zip(sources, concurrency, strict=True):
+        # AWS: maximum concurrency and provisioned mode exclude each other.
+        assert source["ScalingConfig"] == {
+            "Fn::If": [
+                "EmitterProvisioned",
+                {"Ref": "AWS::NoValue"},
+                {"MaximumConcurrency": {"Ref": parameter}},
+            ]
+        }
+        assert source["ProvisionedPollerConfig"] == {
+            "Fn::If": [
+                "EmitterProvisioned",
+                {
+                    "MinimumPollers": {"Ref": "EmitterMinimumPollers"},
+                    "MaximumPollers": {"Ref": "EmitterMaximumPollers"},
+                },
+                {"Ref": "AWS::NoValue"},
+            ]
+        }
+
+
+def test_burst_capacity_parameters_stay_within_aws_limits(template: dict[str, Any]) -> None:
+    parameters = template["Parameters"]
+    # SQS provisioned mode: 2..200 minimum pollers (0 here: standard mode), at most 2,000.
+    assert (
+        parameters["EmitterMinimumPollers"]["MaxValue"],
+        parameters["EmitterMaximumPollers"]["MinValue"],
+    ) == (200, 2)
+    assert parameters["EmitterMaximumPollers"]["MaxValue"] == 2000
+    assert "SqsProvisionedModeNeedsTwoPollers" in template["Rules"]
+    # Kafka provisioned mode: 1..200 minimum pollers (0: on-demand), at most 2,000.
+    assert parameters["IngestMinimumPollers"]["MaxValue"] == 200
+    assert parameters["IngestMaximumPollers"]["MaxValue"] == 2000
+    for name in ("IngestMskEventSource", "IngestSelfManagedKafkaEventSource"):
+        assert props(template["Resources"], name)["ProvisionedPollerConfig"]["Fn::If"][0] == (
+            "IngestProvisioned"
+        )
+    table = props(template["Resources"], "MessageTable")
+    assert table["WarmThroughput"]["Fn::If"][0] == "HasWarmWrites"
 
 
 def test_cleanup_consumes_only_ttl_removals_of_messages(resources: dict[str, Any]) -> None:
@@ -374,8 +441,10 @@ def test_consumer_may_poll_its_queue_and_nothing_else(
     resources: dict[str, Any], queue: str, consumer: str
 ) -> None:
     role = role_of(resources, consumer)
-    assert grants(resources, role, "sqs:ReceiveMessage") == [arn_of(queue)]
-    assert grants(resources, role, "sqs:DeleteMessage") == [arn_of(queue)]
+    consumed = [arn_of(q) for q, (f, _) in SOURCE_QUEUES.items() if f == consumer]
+    assert arn_of(queue) in consumed
+    assert grants(resources, role, "sqs:ReceiveMessage") == consumed
+    assert grants(resources, role, "sqs:DeleteMessage") == consumed
 
 
 # --- environment --------------------------------------------------------------------------
@@ -491,7 +560,7 @@ def test_polled_functions_have_no_function_dead_letter_queue(resources: dict[str
 
 
 def test_stream_failures_can_be_written_to_the_payload_bucket(resources: dict[str, Any]) -> None:
-    assert grants(resources, "CleanupRole", "sqs:SendMessage") == [arn_of("DelayQueue")]
+    assert grants(resources, "CleanupRole", "sqs:SendMessage") == DELAY_QUEUE_ARNS
     assert grants(resources, "CleanupRole", "s3:PutObject") == [
         {"Fn::Sub": "${PayloadBucket.Arn}/aws/lambda/*"}
     ]
@@ -501,7 +570,7 @@ def test_stream_failures_can_be_written_to_the_payload_bucket(resources: dict[st
 def test_the_emitter_may_send_retries_dead_letters_and_rejects(resources: dict[str, Any]) -> None:
     # Every partial failure re-queues on the delay queue or dead-letters with a reason.
     assert grants(resources, "EmitterRole", "sqs:SendMessage") == [
-        arn_of("DelayQueue"),
+        *DELAY_QUEUE_ARNS,
         arn_of("DelayDeadLetterQueue"),
         arn_of("RejectQueue"),
     ]
@@ -602,7 +671,16 @@ def test_payload_access_is_split_by_prefix(resources: dict[str, Any]) -> None:
     ("role", "action", "leading_keys"),
     [
         ("IngestRole", "dynamodb:GetItem", [c.WATERMARK_PK]),
-        ("IngestRole", "dynamodb:UpdateItem", [f"{c.CANCEL_PK_PREFIX}*", c.WATERMARK_PK]),
+        (
+            "IngestRole",
+            "dynamodb:UpdateItem",
+            [
+                f"{c.CANCEL_PK_PREFIX}*",
+                c.WATERMARK_PK,
+                f"{c.RATE_PK_PREFIX}*",
+                f"{c.QUOTA_PK_PREFIX}*",
+            ],
+        ),
         ("SchedulerRole", "dynamodb:UpdateItem", [c.WATERMARK_PK]),
         ("CleanupRole", "dynamodb:GetItem", [c.WATERMARK_PK]),
         ("EmitterRole", "dynamodb:BatchGetItem", [f"{c.CANCEL_PK_PREFIX}*"]),

@@ -405,5 +405,17 @@ def test_bench_runs_end_to_end_with_tiny_inputs(tmp_path: Path) -> None:
         > saved["cost_usd_per_million"]["eventbridge_scheduler"]
     )
     assert saved["machine"]["cpu_model"]
+    aws = saved["fairness"]["aws_scale"]
+    assert [g["name"].split(",")[0] for g in aws["goals"]] == [
+        "bystander p99",
+        "bystander p99",
+        "burst p99 after due",
+        "burst p99 from its release slot",
+    ]
+    # Sharing one queue, the bystanders wait out the burst's drain; apart, they do not.
+    assert aws["bystander_p99_ms"]["before"] > 60_000
+    assert aws["burst_p99_ms"]["capped_from_release"] < aws["burst_p99_ms"]["uncapped_after_due"]
+    assert saved["fairness"]["local"] is None  # --quick runs no local stack
+    assert "fairness (10 M in AWS)" in console(doc)
     assert "| figure |" in md_path.read_text()
     assert "cost per million" in console(doc)

@@ -867,6 +867,9 @@ requests = st.builds(
     ts_ms=st.integers(min_value=0, max_value=2**53),
     offloaded_bytes=st.integers(min_value=0, max_value=5 * 2**20),
     attempts=st.integers(min_value=0, max_value=100),
+    tenant=st.just("") | st.text(min_size=1, max_size=c.MAX_TENANT_LENGTH),
+    priority=st.sampled_from(c.PRIORITIES),
+    release_ms=st.integers(min_value=0, max_value=2**53),
 )
 
 
@@ -903,6 +906,32 @@ def test_envelope_carries_the_record_time_offloaded_size_and_refusals_when_set()
     body = json.loads(Envelope(request).encode())
     assert (body["ts"], body["pb"], body["n"]) == (NOW_MS - 5, 300_000, 2)
     assert Envelope.decode(Envelope(request).encode()).request == request
+
+
+def test_envelope_carries_tenant_priority_and_release_only_when_set() -> None:
+    plain = json.loads(Envelope(delay_request()).encode())
+    assert not {"tn", "pr", "rl"} & plain.keys()
+    request = replace(delay_request(), tenant="acme", priority=c.PRIORITY_LOW, release_ms=NOW_MS)
+    body = json.loads(Envelope(request).encode())
+    assert (body["tn"], body["pr"], body["rl"]) == ("acme", "low", NOW_MS)
+    assert Envelope.decode(Envelope(request).encode()).request == request
+
+
+def test_an_envelope_of_an_unknown_priority_is_not_ours() -> None:
+    with pytest.raises(EnvelopeError, match="not a delay-queue envelope: priority 'urgent'"):
+        Envelope.decode(json.dumps({**VALID_BODY, "pr": "urgent"}))
+
+
+def test_tenant_and_priority_headers_are_read_and_the_tenant_defaults_to_the_target(
+    settings: Settings,
+) -> None:
+    named = parse(
+        kafka_record(target="reminders", ms="1", tenant=" acme ", priority="HIGH"), settings
+    )
+    assert (named.tenant, named.owner, named.priority) == ("acme", "acme", c.PRIORITY_HIGH)
+    plain = parse(kafka_record(target="reminders", ms="1"), settings)
+    assert (plain.tenant, plain.owner, plain.priority) == ("", "reminders", c.PRIORITY_NORMAL)
+    assert plain.release_at_ms == plain.due_ms
 
 
 def test_an_envelope_without_the_newer_numbers_reads_them_as_zero() -> None:

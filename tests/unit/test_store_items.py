@@ -13,6 +13,7 @@ import pytest
 
 from bench.fakes import item_size, write_units
 from bench.payload import order_event
+from delayq import buckets
 from delayq import constants as c
 from delayq.contract import DelayRequest, estimated_body_bytes
 from delayq.exceptions import StoreError
@@ -197,6 +198,21 @@ def test_a_claim_check_item_keeps_its_pointer_and_no_value() -> None:
     assert request_from_item(stream_image(stored)) == request
 
 
+def test_a_capped_message_waits_in_the_bucket_of_its_release_and_expires_after_it() -> None:
+    release_ms = DUE_MS + 7_000
+    capped = dataclasses.replace(json_message(1), tenant="bulk", release_ms=release_ms)
+    item = message_item(capped, 4, 3600)
+    plain = message_item(json_message(1), 4, 3600)
+    assert item[c.ATTR_PK]["S"] == buckets.bucket_key(
+        buckets.due_second(release_ms), buckets.shard_of(capped.delay_id, 4)
+    )
+    assert item[c.ATTR_PK]["S"] != plain[c.ATTR_PK]["S"]
+    assert int(item[c.ATTR_TTL]["N"]) == int(plain[c.ATTR_TTL]["N"]) + 7
+    assert item["due_ms"] == plain["due_ms"]
+    # Normal priority, no tenant and no release time cost no attribute.
+    assert not {c.ATTR_TENANT, c.ATTR_PRIORITY, c.ATTR_RELEASE_MS} & plain.keys()
+
+
 def test_every_form_round_trips_through_dynamodb(aws: AwsResources) -> None:
     store = MessageStore(
         aws.dynamodb,
@@ -212,6 +228,9 @@ def test_every_form_round_trips_through_dynamodb(aws: AwsResources) -> None:
         dataclasses.replace(json_message(3), key=None, value=None, headers=()),
         dataclasses.replace(json_message(4), value=None, payload_ref="s3://b/payloads/x/4"),
         dataclasses.replace(json_message(5), delay_id="order-5", key=b"tenant-7/" * 30),
+        dataclasses.replace(
+            json_message(6), tenant="acme", priority=c.PRIORITY_HIGH, release_ms=NOW_MS + 9_000
+        ),
     ]
     store.put_messages(sent, NOW_MS, Deadline.after(60))
     items = aws.dynamodb.scan(TableName=aws.settings.table_name)["Items"]

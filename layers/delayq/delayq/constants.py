@@ -228,8 +228,11 @@ KIND_COUNTER: Final = "counter"
 # Counters are kept this long after their second (TTL), then DynamoDB removes them.
 COUNTER_KEEP_SECONDS: Final = 24 * 3600
 # A release cap spreads a tenant's messages over at most this many seconds past their due
-# time in one allocation; beyond it the setting is too low for the traffic, and it says so.
+# time; beyond it the cap is too low for the traffic, and those messages are rejected
+# (quota-exceeded) with the reason.
 MAX_RELEASE_SPREAD_SECONDS: Final = 7 * 24 * 3600
+# Past full seconds, release-slot probes skip at most this many seconds at a time.
+RELEASE_PROBE_MAX_STEP: Final = 64
 STATS_PK_PREFIX: Final = "stats#"
 
 # Tick queue.

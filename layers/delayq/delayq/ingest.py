@@ -143,7 +143,7 @@ def ingest_batch(
         admission = services.shaper.admit(delays, clock(), deadline)
         delays = admission.admitted
         result.capped, result.deferred = admission.capped, admission.deferred
-        rejections.extend(_over_quota(event, admission.over_quota))
+        rejections.extend(_refused(event, admission.refused))
 
     # Reschedules after this batch's messages are kept: one may move a message of the same
     # batch. Copies are not counted against tenant limits again.
@@ -196,19 +196,20 @@ def _split_direct(
     return direct, [r for r in requests if not is_direct(r, now_ms, settings)]
 
 
-def _over_quota(event: Any, requests: Sequence[DelayRequest]) -> list[Rejection]:
-    """Rejections (``quota-exceeded``) of the records these requests were parsed from."""
-    detail = "the tenant's ingest quota for this second is used up"
-    verdict = RejectedRecord(Reason.QUOTA_EXCEEDED, detail)
-    return _rejections_of(event, {r.src: verdict for r in requests})
+def _refused(event: Any, refused: Sequence[tuple[DelayRequest, str]]) -> list[Rejection]:
+    """Rejections (``quota-exceeded``) of the records the tenant limits refused, each with
+    why (the tenant and its limit)."""
+    return _rejections_of(
+        event, {r.src: RejectedRecord(Reason.QUOTA_EXCEEDED, detail) for r, detail in refused}
+    )
 
 
 def _rejections_of(event: Any, verdicts: Mapping[str, RejectedRecord]) -> list[Rejection]:
     """Rejections of the records at these coordinates, each with its original bytes."""
     return [
-        rejection_of(record, verdicts[_coordinates(record)])
+        rejection_of(record, verdicts[where])
         for record in iter_event_records(event)
-        if _coordinates(record) in verdicts
+        if (where := _coordinates(record)) in verdicts
     ]
 
 

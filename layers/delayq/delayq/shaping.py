@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from delayq import buckets
 from delayq import constants as c
 from delayq.contract import DelayRequest
-from delayq.exceptions import ConfigurationError
 from delayq.limits import TenantLimits
 from delayq.retry import Deadline
 from delayq.store import MessageStore
@@ -40,25 +39,46 @@ from delayq.store import MessageStore
 Claim = Callable[[str, int, int], int]
 
 
+class NoReleaseSlotError(Exception):
+    """A release cap cannot place messages within ``MAX_RELEASE_SPREAD_SECONDS`` of their due
+    time: the cap is too low for the traffic (the messages are rejected, never dropped)."""
+
+
 def release_slots(
-    claim: Claim, key: str, first_second: int, count: int, per_second: int
+    claim: Claim,
+    key: str,
+    due_second: int,
+    count: int,
+    per_second: int,
+    *,
+    first_second: int | None = None,
 ) -> list[tuple[int, int]]:
-    """Spread ``count`` messages over the seconds from ``first_second`` on, at most
-    ``per_second`` in each: ``[(second, how many), ...]`` in order."""
+    """Spread ``count`` messages due in ``due_second`` over the seconds from
+    ``first_second`` (default: their due second) on, at most ``per_second`` in each:
+    ``[(second, how many), ...]`` in order.
+
+    Past full seconds the probe gallops (1, 2, 4 ... up to ``RELEASE_PROBE_MAX_STEP``
+    seconds at a time), so that a container that has not seen a long burst's full seconds
+    finds the first with room in a few hundred claims rather than one per second; a second
+    it skips keeps its room for others, so releases come at most that much later, never
+    earlier and never over the cap."""
     slots: list[tuple[int, int]] = []
-    second, left = first_second, count
+    second = due_second if first_second is None else max(due_second, first_second)
+    left, step = count, 1
     while left:
-        if second - first_second > c.MAX_RELEASE_SPREAD_SECONDS:
-            raise ConfigurationError(
-                f"the release cap of {key!r} ({per_second}/s) cannot place {count} message(s)"
-                f" within {c.MAX_RELEASE_SPREAD_SECONDS} s of their due time"
+        if second - due_second > c.MAX_RELEASE_SPREAD_SECONDS:
+            raise NoReleaseSlotError(
+                f"the release cap of {key.removeprefix(c.RATE_PK_PREFIX)!r} ({per_second}/s)"
+                f" cannot place it within {c.MAX_RELEASE_SPREAD_SECONDS} s of its due time"
             )
         after = claim(key, second, left)
         granted = max(0, min(left, per_second - (after - left)))
         if granted:
             slots.append((second, granted))
             left -= granted
-        second += 1
+            second, step = second + 1, 1
+        else:
+            second, step = second + step, min(step * 2, c.RELEASE_PROBE_MAX_STEP)
     return slots
 
 
@@ -67,7 +87,9 @@ class Admission:
     """What the limits made of a batch's requests."""
 
     admitted: list[DelayRequest] = field(default_factory=list)
-    over_quota: list[DelayRequest] = field(default_factory=list)  # to reject
+    # To reject (reason quota-exceeded), each with why: over the ingest quota, or no release
+    # slot within MAX_RELEASE_SPREAD_SECONDS.
+    refused: list[tuple[DelayRequest, str]] = field(default_factory=list)
     deferred: int = 0  # over quota, accepted with later release slots
     capped: int = 0  # released after their due time by a release cap
 
@@ -94,14 +116,22 @@ class Shaper:
                 within, over = self._quota(tenant, mine, limits.ingest_per_second, now_ms, deadline)
             if limits.release_per_second is not None:
                 within = self._release(
-                    f"{c.RATE_PK_PREFIX}{tenant}", within, limits.release_per_second, deadline
+                    f"{c.RATE_PK_PREFIX}{tenant}",
+                    within,
+                    limits.release_per_second,
+                    deadline,
+                    admission,
                 )
             if over and limits.defers and limits.ingest_per_second is not None:
                 key = f"{c.RATE_PK_PREFIX}{tenant}/deferred"
-                within += self._release(key, over, limits.ingest_per_second, deadline)
+                within += self._release(key, over, limits.ingest_per_second, deadline, admission)
                 admission.deferred += len(over)
             elif over:
-                admission.over_quota += over
+                detail = (
+                    f"tenant {tenant!r} is over its ingest quota of "
+                    f"{limits.ingest_per_second} messages/s"
+                )
+                admission.refused += [(r, detail) for r in over]
             admission.admitted += within
         admission.capped = sum(1 for r in admission.admitted if r.release_ms > r.due_ms)
         return admission
@@ -123,9 +153,15 @@ class Shaper:
         return requests[:room], requests[room:]
 
     def _release(
-        self, key: str, requests: list[DelayRequest], per_second: int, deadline: Deadline
+        self,
+        key: str,
+        requests: list[DelayRequest],
+        per_second: int,
+        deadline: Deadline,
+        admission: Admission,
     ) -> list[DelayRequest]:
-        """Give each request a release slot, in due order (ties: ingest order)."""
+        """Give each request a release slot, in due order (ties: ingest order); those that
+        get none are refused in ``admission``."""
 
         def claim(counter: str, second: int, amount: int) -> int:
             expires = second + c.COUNTER_KEEP_SECONDS
@@ -136,8 +172,15 @@ class Shaper:
         for second, same in itertools.groupby(ordered, key=lambda r: buckets.due_second(r.due_ms)):
             group = list(same)
             # Seconds this container already found full are not claimed again.
-            start = max(second, self._full.get(key, second - 1) + 1)
-            for slot, count in release_slots(claim, key, start, len(group), per_second):
+            start = self._full.get(key, second - 1) + 1
+            try:
+                slots = release_slots(
+                    claim, key, second, len(group), per_second, first_second=start
+                )
+            except NoReleaseSlotError as e:
+                admission.refused += [(r, str(e)) for r in group]
+                continue
+            for slot, count in slots:
                 out.extend(_released(r, slot) for r in group[:count])
                 group = group[count:]
                 self._full[key] = max(self._full.get(key, slot - 1), slot - 1)

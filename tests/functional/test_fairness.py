@@ -1,0 +1,210 @@
+"""Fairness through the wired pipeline: a capped tenant's burst goes out at its cap and never
+early while another tenant's messages keep their time; quotas reject (bytes kept) or defer;
+each priority class waits in its own delay queue."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from delayq import constants as c
+from delayq.contract import Reason, decode_body
+from delayq.producing import Delivery
+from delayq.queues import DelayQueue, SqsQueue
+from delayq.shaping import Shaper
+from tests.factories import NOW_MS, kafka_event, kafka_record
+from tests.functional.conftest import Pipeline, no_sleep_backoff
+
+LIMITS = {
+    "bulk": {"release_per_second": 40},
+    "noisy": {"ingest_per_second": 3},
+    "patient": {"ingest_per_second": 2, "over_quota": "defer"},
+}
+DUE_MS = NOW_MS + 90_000 + 400  # within the look-ahead: ingest queues it at once
+
+
+@pytest.fixture
+def p(pipeline: Pipeline) -> Pipeline:
+    settings = pipeline.settings.with_overrides(tenant_limits=json.dumps(LIMITS))
+    pipeline.set_watermark(NOW_MS // 1000 - 1)
+    return dataclasses.replace(
+        pipeline, settings=settings, shaper=Shaper(pipeline.store, settings.limits)
+    )
+
+
+def records(tenant: str, count: int, due_ms: int, first_offset: int, **control: str) -> list[Any]:
+    return [
+        kafka_record(
+            offset=first_offset + i,
+            target="reminders",
+            deliver_at=str(due_ms),
+            id=f"{tenant}-{i}",
+            tenant=tenant,
+            value=f"{tenant}-{i}".encode(),
+            **control,
+        )
+        for i in range(count)
+    ]
+
+
+def deliveries_by_tenant(deliveries: list[Delivery]) -> dict[str, list[Delivery]]:
+    out: dict[str, list[Delivery]] = {}
+    for d in deliveries:
+        out.setdefault(d.tenant, []).append(d)
+    return out
+
+
+def test_a_capped_burst_keeps_its_cap_and_the_bystanders_keep_their_time(p: Pipeline) -> None:
+    burst = records("bulk", 200, DUE_MS, 0)
+    bystanders = [
+        kafka_record(
+            offset=1000 + i,
+            target="reminders",
+            deliver_at=str(DUE_MS + i * 250),
+            id=f"b-{i}",
+            tenant="steady",
+        )
+        for i in range(20)
+    ]
+    ingested = p.ingest(kafka_event(*burst, *bystanders))
+    assert ingested.rejected == []
+    assert ingested.capped == 160
+    delivered = p.deliver_released()
+    by_tenant = deliveries_by_tenant(delivered.deliveries)
+    assert len(by_tenant["bulk"]) == 200
+    assert len(by_tenant["steady"]) == 20
+    # Never early, never late beyond the slot the cap gave, never more than the cap a second.
+    assert all(d.emitted_ms >= d.due_ms for d in delivered.deliveries)
+    per_second = Counter(d.emitted_ms // 1000 for d in by_tenant["bulk"])
+    assert max(per_second.values()) <= 40
+    assert sorted(per_second) == [DUE_MS // 1000 + s for s in range(5)]
+    # The cap's wait is counted apart from lateness: nothing here was late.
+    assert max(d.lateness_ms for d in delivered.deliveries) == 0
+    assert sorted({d.cap_delay_ms > 0 for d in by_tenant["bulk"]}) == [False, True]
+    # The bystanders went at their due time although the burst was released around them.
+    assert all(d.emitted_ms == d.due_ms and d.cap_delay_ms == 0 for d in by_tenant["steady"])
+
+
+def test_a_capped_message_says_when_it_was_released(p: Pipeline) -> None:
+    p.ingest(kafka_event(*records("bulk", 41, DUE_MS, 0)))
+    p.deliver_released()
+    released = {
+        o.header("delay-id"): o.headers for o in p.producer.produced if o.topic == "reminders"
+    }
+    last = dict(released[b"bulk-40"])
+    assert int(last[c.HEADER_RELEASE_MS] or b"0") == (DUE_MS // 1000 + 1) * 1000
+    assert int(last[c.HEADER_DUE_MS] or b"0") == DUE_MS
+    assert c.HEADER_RELEASE_MS not in dict(released[b"bulk-0"])
+
+
+def test_a_capped_burst_beyond_the_look_ahead_is_stored_by_its_release(p: Pipeline) -> None:
+    due_ms = NOW_MS + 3_600_000 + 400
+    p.ingest(kafka_event(*records("bulk", 90, due_ms, 0)))
+    assert p.delayed() == []
+    p.pass_empty_seconds()
+    # The scheduler's window reaches the last release second.
+    p.clock.now_ms = due_ms - p.settings.lookahead_seconds * 1000 + 3000
+    while p.schedule().sent:
+        pass
+    queued = [x.request for e in p.delayed() for x in decode_body(e.body) if x.request]
+    assert len(queued) == 90
+    assert Counter(r.release_at_ms // 1000 for r in queued) == {
+        due_ms // 1000: 40,
+        due_ms // 1000 + 1: 40,
+        due_ms // 1000 + 2: 10,
+    }
+    delivered = p.deliver_released()
+    assert len(delivered.deliveries) == 90
+    assert all(d.emitted_ms >= max(d.due_ms, d.release_ms) for d in delivered.deliveries)
+
+
+def test_over_its_quota_a_tenant_is_rejected_with_its_bytes_and_the_batch_goes_on(
+    p: Pipeline,
+) -> None:
+    noisy = records("noisy", 5, DUE_MS, 0)
+    others = records("steady", 2, DUE_MS, 100)
+    result = p.ingest(kafka_event(*noisy, *others))
+    assert [r.reason for r in result.rejected] == [Reason.QUOTA_EXCEEDED] * 2
+    rejects = p.aws.bodies(p.settings.reject_queue_url)
+    assert sorted(r["source"]["offset"] for r in rejects) == [3, 4]
+    assert {r["reason"] for r in rejects} == {"quota-exceeded"}
+    assert rejects[0]["detail"] == "tenant 'noisy' is over its ingest quota of 3 messages/s"
+    assert {base64.b64decode(r["record"]["value"]) for r in rejects} == {b"noisy-3", b"noisy-4"}
+    delivered = p.deliver_released()
+    assert sorted(d.delay_id for d in delivered.deliveries) == [
+        "noisy-0",
+        "noisy-1",
+        "noisy-2",
+        "steady-0",
+        "steady-1",
+    ]
+
+
+def test_over_its_quota_a_deferring_tenant_is_accepted_and_released_at_the_quota_rate(
+    p: Pipeline,
+) -> None:
+    result = p.ingest(kafka_event(*records("patient", 6, DUE_MS, 0)))
+    assert (result.rejected, result.deferred) == ([], 4)
+    delivered = p.deliver_released()
+    assert len(delivered.deliveries) == 6
+    assert all(d.emitted_ms >= d.due_ms for d in delivered.deliveries)
+    seconds = Counter(d.emitted_ms // 1000 for d in delivered.deliveries)
+    assert seconds == {DUE_MS // 1000: 4, DUE_MS // 1000 + 1: 2}
+
+
+@pytest.fixture
+def classes(p: Pipeline) -> Pipeline:
+    """The pipeline with a delay queue per priority class, as the template declares them."""
+    urls = {
+        priority: p.aws.sqs.create_queue(QueueName=f"delayq-delay-{priority}")["QueueUrl"]
+        for priority in (c.PRIORITY_HIGH, c.PRIORITY_LOW)
+    }
+    settings = p.settings.with_overrides(
+        delay_queue_high_url=urls[c.PRIORITY_HIGH], delay_queue_low_url=urls[c.PRIORITY_LOW]
+    )
+    backoff = no_sleep_backoff()
+    queue = DelayQueue(
+        SqsQueue(p.sqs, settings.delay_queue_url, backoff),
+        settings.emit_lead_ms,
+        by_priority={k: SqsQueue(p.sqs, u, backoff) for k, u in urls.items()},
+    )
+    return dataclasses.replace(p, settings=settings, delay_queue=queue)
+
+
+def queued_in(p: Pipeline, url: str) -> list[str]:
+    return sorted(
+        x.request.delay_id for e in p.sqs.to(url) for x in decode_body(e.body) if x.request
+    )
+
+
+def test_each_priority_waits_in_its_own_delay_queue(classes: Pipeline) -> None:
+    p = classes
+    batch = [
+        *records("hi", 2, DUE_MS, 0, priority="high"),
+        *records("lo", 30, DUE_MS, 10, priority="low"),
+        *records("mid", 2, DUE_MS, 50),
+    ]
+    p.ingest(kafka_event(*batch))
+    assert queued_in(p, p.settings.delay_queue_high_url) == ["hi-0", "hi-1"]
+    assert len(queued_in(p, p.settings.delay_queue_low_url)) == 30
+    assert queued_in(p, p.settings.delay_queue_url) == ["mid-0", "mid-1"]
+
+
+def test_a_message_not_yet_due_goes_back_to_the_queue_it_came_from(classes: Pipeline) -> None:
+    p = classes
+    far = DUE_MS + 100_000  # still within the look-ahead: queued by ingest
+    p.ingest(kafka_event(*records("lo", 1, far, 0, priority="low")))
+    [entry] = p.sqs.to(p.settings.delay_queue_low_url)
+    url = p.settings.delay_queue_low_url
+    p.aws.sqs.send_message(QueueUrl=url, MessageBody=entry.body)
+    [message] = p.aws.sqs.receive_message(QueueUrl=url)["Messages"]
+    early = dataclasses.replace(entry, sent_ms=p.clock.now_ms, delay_seconds=0)
+    result = p.emit([early], receipt_handles=[message["ReceiptHandle"]])
+    assert result.redelayed == 1
+    assert [(u, h) for u, h, _ in p.sqs.visibility_changes] == [(url, message["ReceiptHandle"])]
+    assert p.producer.produced == []
