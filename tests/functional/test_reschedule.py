@@ -10,11 +10,8 @@ import pytest
 
 from delayq import buckets
 from delayq.contract import decode_body
-from delayq.direct import DirectServices
 from delayq.emitter import EmitResult
-from delayq.ingest import IngestResult, IngestServices, ingest_batch
-from delayq.kafka import KafkaDelivery
-from delayq.stats import DeliveryStats, FlushPolicy
+from delayq.ingest import IngestResult
 from tests.factories import NOW_MS, ClientProxy, kafka_event, kafka_record
 from tests.functional.conftest import Pipeline
 
@@ -30,27 +27,7 @@ def p(pipeline: Pipeline) -> Pipeline:
 
 def ingest(p: Pipeline, *records: dict[str, Any], direct: bool = False) -> IngestResult:
     """One ingest batch (with the direct path when ``direct``)."""
-    producer = p.producer
-    services = IngestServices(
-        p.store,
-        p.delay_queue,
-        p.rejects,
-        p.payloads,
-        DirectServices(
-            KafkaDelivery(lambda _on_error: producer, 1.0),
-            DeliveryStats(policy=FlushPolicy(max_messages=1)),
-        )
-        if direct
-        else None,
-    )
-    return ingest_batch(
-        kafka_event(*records),
-        settings=p.settings,
-        services=services,
-        clock=p.clock,
-        deadline=p.deadline(),
-        sleep=p.clock.sleep,
-    )
+    return p.ingest(kafka_event(*records), direct=direct)
 
 
 def send(offset: int = 1, delay_id: str = "r-1", due_ms: int = OLD_DUE_MS, **kw: Any) -> Any:

@@ -396,29 +396,61 @@ class MessageStore:
             # Its cutoff passed before the write could start: an emitter may read the old
             # version's marker already (delayq.reschedule).
             raise StoreError(f"reschedule {reschedule.src} not recorded before its cutoff")
+        return self._put_marker(
+            "store reschedule marker",
+            reschedule.delay_id,
+            {
+                c.ATTR_RESCHEDULE_TS: {"N": str(reschedule.ts_ms)},
+                c.ATTR_RESCHEDULE_SRC: {"S": reschedule.src},
+                c.ATTR_RESCHEDULE_DUE_MS: {"N": str(reschedule.due_ms)},
+                "rescheduled_ms": {"N": str(now_ms)},
+            },
+            expires,
+            deadline,
+        )
+
+    def _put_cancel(
+        self, cancel: CancelRequest, now_ms: int, expires: int, deadline: Deadline
+    ) -> None:
+        # False: a later cancel of this id is already recorded; it covers all this one does.
+        self._put_marker(
+            "store cancel marker",
+            cancel.delay_id,
+            {
+                c.ATTR_CANCEL_TS: {"N": str(cancel.ts_ms)},
+                c.ATTR_CANCEL_SRC: {"S": cancel.src},
+                "cancelled_ms": {"N": str(now_ms)},
+            },
+            expires,
+            deadline,
+        )
+
+    def _put_marker(
+        self,
+        operation: str,
+        delay_id: str,
+        values: Mapping[str, Item],
+        expires: int,
+        deadline: Deadline,
+    ) -> bool:
+        """Set ``values`` (attribute -> typed value; the first is the record timestamp that
+        orders them) on the marker of ``delay_id``, unless it holds a later one already:
+        False then. One conditional UpdateItem."""
+        names = {f"#a{i}": name for i, name in enumerate(values)}
+        attribute_values: Item = {f":a{i}": v for i, v in enumerate(values.values())}
+        assignments = ", ".join(f"#a{i} = :a{i}" for i in range(len(values)))
         try:
             self._call(
-                "store reschedule marker",
+                operation,
                 lambda: self._client.update_item(
                     TableName=self._table,
-                    Key=cancel_key(reschedule.delay_id, self._shards),
-                    UpdateExpression=(
-                        "SET kind = :kind, #mts = :ts, #msrc = :src, #mdue = :due,"
-                        " rescheduled_ms = :now, #ttl = :expires"
-                    ),
-                    ConditionExpression="attribute_not_exists(#mts) OR #mts <= :ts",
-                    ExpressionAttributeNames={
-                        "#mts": c.ATTR_RESCHEDULE_TS,
-                        "#msrc": c.ATTR_RESCHEDULE_SRC,
-                        "#mdue": c.ATTR_RESCHEDULE_DUE_MS,
-                        "#ttl": c.ATTR_TTL,
-                    },
+                    Key=cancel_key(delay_id, self._shards),
+                    UpdateExpression=f"SET kind = :kind, #ttl = :expires, {assignments}",
+                    ConditionExpression="attribute_not_exists(#a0) OR #a0 <= :a0",
+                    ExpressionAttributeNames={**names, "#ttl": c.ATTR_TTL},
                     ExpressionAttributeValues={
+                        **attribute_values,
                         ":kind": {"S": c.KIND_CANCEL},
-                        ":ts": {"N": str(reschedule.ts_ms)},
-                        ":src": {"S": reschedule.src},
-                        ":due": {"N": str(reschedule.due_ms)},
-                        ":now": {"N": str(now_ms)},
                         ":expires": {"N": str(expires)},
                     },
                 ),
@@ -429,40 +461,6 @@ class MessageStore:
                 raise
             return False
         return True
-
-    def _put_cancel(
-        self, cancel: CancelRequest, now_ms: int, expires: int, deadline: Deadline
-    ) -> None:
-        try:
-            self._call(
-                "store cancel marker",
-                lambda: self._client.update_item(
-                    TableName=self._table,
-                    Key=cancel_key(cancel.delay_id, self._shards),
-                    UpdateExpression=(
-                        "SET kind = :kind, #cts = :ts, #csrc = :src, cancelled_ms = :now,"
-                        " #ttl = :expires"
-                    ),
-                    ConditionExpression="attribute_not_exists(#cts) OR #cts <= :ts",
-                    ExpressionAttributeNames={
-                        "#cts": c.ATTR_CANCEL_TS,
-                        "#csrc": c.ATTR_CANCEL_SRC,
-                        "#ttl": c.ATTR_TTL,
-                    },
-                    ExpressionAttributeValues={
-                        ":kind": {"S": c.KIND_CANCEL},
-                        ":ts": {"N": str(cancel.ts_ms)},
-                        ":src": {"S": cancel.src},
-                        ":now": {"N": str(now_ms)},
-                        ":expires": {"N": str(expires)},
-                    },
-                ),
-                deadline,
-            )
-        except StoreError as e:
-            # A later cancel of this id is already recorded: it covers everything this one does.
-            if not _condition_failed(e):
-                raise
 
     def add_to_counter(self, pk: str, amount: int, expires_s: int, deadline: Deadline) -> int:
         """Add ``amount`` to the counter item ``pk`` (created at 0); returns the new value.
