@@ -63,6 +63,17 @@ def received(bootstrap: str, until: float) -> list[Message]:
     return out
 
 
+def wait_until_stored(stack: EmbeddedStack, delay_id: str, timeout: float = 30) -> None:
+    table = stack.resource("MessageTable").ref
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        items = stack.client("dynamodb").scan(TableName=table)["Items"]
+        if any(i["sk"]["S"] == delay_id and i["kind"]["S"] == "msg" for i in items):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{delay_id} was not stored within {timeout}s")
+
+
 def header(message: Message, name: str) -> str:
     value = dict(message.headers() or [])[name]
     assert isinstance(value, bytes)
@@ -78,7 +89,8 @@ def test_reschedule_moves_a_stored_message_and_refuses_an_unknown_id(
         producer.send(TARGET, Due(at_ms=old_due_ms), value=b"order 7", delay_id="order-7")
         producer.flush()
         producer.close()
-        time.sleep(2)  # ingest stores it (the record must be ingested before the reschedule)
+        # A reschedule applies to a message ingested before it: wait until ingest stored it.
+        wait_until_stored(stack, "order-7")
         client = ["--bootstrap", stack.kafka_bootstrap, "--topic", stack.delay_topic]
         moved_at = time.time()
         argv = ["reschedule", "order-7", "--due", str(old_due_ms), "--delay", str(NEW_DELAY_S)]
