@@ -217,9 +217,9 @@ ATTR_RESCHEDULE_DUE_MS: Final = "moved_due_ms"
 # A copy made by a reschedule: the reschedule record it belongs to.
 ATTR_MOVED_BY_TS: Final = "mts"
 ATTR_MOVED_BY_SRC: Final = "msrc"
-# A reschedule must be recorded this long (plus the emitter's hold) before the old due time:
-# SQS releases a message up to a second before due (whole-second delays) and the clocks of
-# two functions may differ by up to a second. Later, it is refused as too late.
+# A reschedule must be recorded this long (plus the emitter's hold, within which the emitter
+# reads a message's markers) before the old due time: the clocks of two functions may differ,
+# and the marker write takes time. Later, it is refused as too late.
 RESCHEDULE_MARGIN_MS: Final = 2000
 # Counters of the tenant limits: release slots per second, ingest quota per second.
 RATE_PK_PREFIX: Final = "rate#"

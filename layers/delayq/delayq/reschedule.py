@@ -11,8 +11,9 @@ original's record time, so a cancel of the original also cancels the copy.
 
 The guarantee: a reschedule is applied when ingest records it at least the emitter's hold plus
 ``RESCHEDULE_MARGIN_MS`` before the message's old release time; no emitter reads the old
-version's marker earlier (SQS releases at most a second early, clocks differ by less than a
-second), so the message goes at the new time and not at the old one. A reschedule that comes
+version's marker earlier (it reads markers only within its hold of the release time, and the
+margin covers clock differences and the write's latency), so the message goes at the new time
+and not at the old one. A reschedule that comes
 later is refused (``reschedule-too-late``, the record kept in the reject queue): the message
 goes at its old time, once. See ``docs/internals.md``.
 """
