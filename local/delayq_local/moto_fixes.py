@@ -1,4 +1,4 @@
-"""Changes to moto's SQS, applied once in the process hosting the embedded server.
+"""Changes to moto's SQS and DynamoDB, applied once in the process hosting the embedded server.
 
 They replace moto internals, so they are tied to one moto version (`WRITTEN_FOR`): `apply()`
 refuses any other, and tests/integration/test_moto_fixes.py says, for each change, whether the
@@ -9,6 +9,13 @@ Speed, same behaviour: moto computes "now" through datetime arithmetic, and chec
 message's retention by building all of the queue's attributes, three of which count the whole
 queue. A receive of 10 messages from a queue holding 1,000 thus took close to a second, and the
 emitter's latency and throughput followed. The replacements compute the same values directly.
+
+Speed, same behaviour: moto answers a DynamoDB `Query` on a table's key by listing and sorting
+every item of the table, then keeping those of the queried partition key, so each of the
+scheduler's Query calls (one per shard and due-second) cost a sort of the whole table: with
+20,000 messages stored, the scheduler read about one due-second per wall-clock second and fell
+behind. The change hands that Query the queried partition's items only (sorted as before);
+queries on an index and every other caller of the listing are unchanged.
 
 Fidelity: moto drops a FIFO message as a duplicate only while the first message with that
 de-duplication id is still in the queue; SQS drops it for 5 minutes after the first was sent,
@@ -25,6 +32,7 @@ from importlib.metadata import version
 from typing import Any, Final
 
 from moto.core import utils as moto_utils
+from moto.dynamodb.models import table as dynamodb_table
 from moto.sqs import models as sqs_models
 
 from delayq_local.exceptions import LocalStackError
@@ -34,6 +42,9 @@ DEDUPLICATION_WINDOW_MS: Final = 5 * 60 * 1000
 _PRUNE_ABOVE: Final = 1000
 _lock = threading.Lock()
 _applied = False
+# The table and partition key of the table-key Query running on this thread (moto's server
+# answers requests on several threads; a Scan elsewhere must still see every item).
+_querying = threading.local()
 
 
 def _unix_time(dt: datetime | None = None) -> float:
@@ -72,6 +83,35 @@ def _deduplicating(add_message: Callable[[Any, Any], None]) -> Callable[[Any, An
     return add
 
 
+def _one_partition(all_items: Callable[[Any], list[Any]]) -> Callable[[Any], list[Any]]:
+    def listing(table: Any) -> list[Any]:
+        if id(getattr(_querying, "table", None)) != id(table):
+            return all_items(table)
+        found = table.items.get(_querying.hash_key)
+        if found is None:
+            return []
+        items = list(found.values()) if table.range_key_attr else [found]
+        return sorted(items, key=lambda x: (x.hash_key, x.range_key) if x.range_key else x.hash_key)
+
+    return listing
+
+
+def _scoped_query(query: Callable[..., Any]) -> Callable[..., Any]:
+    def scoped(table: Any, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
+        # The 8th positional argument (or the keyword) is the index: an index query needs
+        # every item, as moto lists them.
+        index_name = args[6] if len(args) > 6 else kwargs.get("index_name")
+        if index_name or hash_key is None:
+            return query(table, hash_key, *args, **kwargs)
+        _querying.table, _querying.hash_key = table, hash_key
+        try:
+            return query(table, hash_key, *args, **kwargs)
+        finally:
+            _querying.table = _querying.hash_key = None
+
+    return scoped
+
+
 def applied() -> bool:
     """Whether `apply()` has run in this process."""
     return _applied
@@ -97,6 +137,8 @@ def apply() -> None:
             (sqs_models, "unix_time_millis"),
             (backend, "is_message_valid_based_on_retention_period"),
             (queue, "add_message"),
+            (dynamodb_table.Table, "query"),
+            (dynamodb_table.Table, "all_items"),
         ):
             if not callable(getattr(owner, name, None)):
                 raise LocalStackError(f"moto changed: {owner.__name__}.{name} is gone")
@@ -104,4 +146,7 @@ def apply() -> None:
         sqs_models.unix_time_millis = _unix_time_millis  # type: ignore[attr-defined]
         backend.is_message_valid_based_on_retention_period = _retained  # type: ignore[method-assign,assignment]
         queue.add_message = _deduplicating(queue.add_message)  # type: ignore[method-assign,assignment]
+        table = dynamodb_table.Table
+        table.query = _scoped_query(table.query)  # type: ignore[method-assign]
+        table.all_items = _one_partition(table.all_items)  # type: ignore[method-assign,assignment]
         _applied = True

@@ -16,6 +16,7 @@ from importlib.metadata import version
 from typing import Any
 
 import pytest
+from moto.dynamodb.models import table as dynamodb_table
 from moto.sqs import models as sqs_models
 
 from delayq_local import AwsEndpoint, LocalStackError, MotoServer, moto_fixes
@@ -64,6 +65,29 @@ with mock_aws():
     models.SQSBackend.get_queue_attributes = counted
     received = sqs.receive_message(QueueUrl=plain, MaxNumberOfMessages=10)["Messages"]
     facts["attribute_builds_per_received_message"] = len(builds) / len(received)
+
+    from moto.dynamodb.models import table as ddb_table
+    ddb = boto3.client("dynamodb", region_name="us-east-1", aws_access_key_id="k",
+                       aws_secret_access_key="s")
+    ddb.create_table(TableName="t", BillingMode="PAY_PER_REQUEST",
+                     KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
+                                {"AttributeName": "sk", "KeyType": "RANGE"}],
+                     AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
+                                           {"AttributeName": "sk", "AttributeType": "S"}])
+    for i in range(100):
+        ddb.put_item(TableName="t", Item={"pk": {"S": f"p{i % 10}"}, "sk": {"S": str(i)}})
+    listed = []
+    original_all = ddb_table.Table.all_items
+
+    def counted_all(self):
+        items = original_all(self)
+        listed.append(len(items))
+        return items
+
+    ddb_table.Table.all_items = counted_all
+    ddb.query(TableName="t", KeyConditionExpression="pk = :p",
+              ExpressionAttributeValues={":p": {"S": "p3"}})
+    facts["items_listed_per_table_key_query"] = max(listed, default=0)
 print(json.dumps(facts))
 """
 
@@ -98,6 +122,11 @@ def test_moto_still_builds_every_queue_attribute_to_check_each_message_retention
     assert plain_moto()["attribute_builds_per_received_message"] >= 1
 
 
+def test_moto_still_lists_the_whole_table_for_a_query_on_its_key() -> None:
+    # 100 items in 10 partitions: a Query of one partition lists all 100 (and sorts them).
+    assert plain_moto()["items_listed_per_table_key_query"] == 100
+
+
 def test_moto_still_computes_now_through_datetime_arithmetic() -> None:
     assert plain_moto()["unix_time_through_datetime"]
 
@@ -105,6 +134,7 @@ def test_moto_still_computes_now_through_datetime_arithmetic() -> None:
 def test_the_moto_server_has_the_fixes_applied(moto_server: MotoServer) -> None:
     assert moto_fixes.applied()
     assert vars(sqs_models)["unix_time_millis"] is moto_fixes._unix_time_millis
+    assert dynamodb_table.Table.query.__qualname__.startswith("_scoped_query")
 
 
 def test_moto_keeps_its_retention_semantics_with_the_fixes(
@@ -151,3 +181,69 @@ def test_fifo_deduplication_lasts_five_minutes_even_after_a_delete(
     send("next", "tick-2")
 
     assert receive() == ["next"]
+
+
+def test_queries_answer_as_before_with_the_fixes(
+    moto_server: MotoServer, endpoint: AwsEndpoint, stack_name: str
+) -> None:
+    ddb = endpoint.client("dynamodb")
+    ddb.create_table(
+        TableName=stack_name,
+        BillingMode="PAY_PER_REQUEST",
+        KeySchema=[
+            {"AttributeName": "pk", "KeyType": "HASH"},
+            {"AttributeName": "sk", "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+            {"AttributeName": "g", "AttributeType": "S"},
+        ],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": "by-g",
+                "KeySchema": [{"AttributeName": "g", "KeyType": "HASH"}],
+                "Projection": {"ProjectionType": "ALL"},
+            }
+        ],
+    )
+    for i in range(60):
+        item = {"pk": {"S": f"p{i % 3}"}, "sk": {"S": f"{i:03d}"}, "g": {"S": f"g{i % 2}"}}
+        ddb.put_item(TableName=stack_name, Item=item)
+
+    def query(**kwargs: Any) -> list[str]:
+        keys: list[str] = []
+        start: dict[str, Any] = {}
+        while True:
+            page = ddb.query(TableName=stack_name, Limit=7, **kwargs, **start)
+            keys += [f"{i['pk']['S']}/{i['sk']['S']}" for i in page["Items"]]
+            if "LastEvaluatedKey" not in page:
+                return keys
+            start = {"ExclusiveStartKey": page["LastEvaluatedKey"]}
+
+    one = {":p": {"S": "p1"}}
+    assert query(KeyConditionExpression="pk = :p", ExpressionAttributeValues=one) == [
+        f"p1/{i:03d}" for i in range(1, 60, 3)
+    ]
+    assert query(
+        KeyConditionExpression="pk = :p", ExpressionAttributeValues=one, ScanIndexForward=False
+    ) == [f"p1/{i:03d}" for i in reversed(range(1, 60, 3))]
+    assert query(
+        KeyConditionExpression="pk = :p AND sk > :s",
+        ExpressionAttributeValues={**one, ":s": {"S": "040"}},
+    ) == [f"p1/{i:03d}" for i in range(43, 60, 3)]
+    assert (
+        query(KeyConditionExpression="pk = :p", ExpressionAttributeValues={":p": {"S": "x"}}) == []
+    )
+    # An index query and a scan still see every partition.
+    assert (
+        len(
+            query(
+                IndexName="by-g",
+                KeyConditionExpression="g = :g",
+                ExpressionAttributeValues={":g": {"S": "g0"}},
+            )
+        )
+        == 30
+    )
+    assert ddb.scan(TableName=stack_name)["Count"] == 60
