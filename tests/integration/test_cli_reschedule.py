@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
 from delayq import constants as c
 from delayq_local import EmbeddedStack, StackConfig
 from delayq_local.cli import main
 from delayq_local.producer import DelayProducer, Due
 from delayq_local.stack import TimeCompression
-from tests.integration.support import PROJECT_ROOT
+from tests.integration.support import PROJECT_ROOT, consume, header_text
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -39,30 +37,6 @@ def config(stack_name: str) -> StackConfig:
     )
 
 
-def received(bootstrap: str, until: float) -> list[Message]:
-    """Everything on the target topic until ``until`` (monotonic seconds)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"moved-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-        }
-    )
-    metadata = consumer.list_topics(TARGET, timeout=10)
-    consumer.assign(
-        [TopicPartition(TARGET, p, OFFSET_BEGINNING) for p in metadata.topics[TARGET].partitions]
-    )
-    out: list[Message] = []
-    try:
-        while time.monotonic() < until:
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                out.append(message)
-    finally:
-        consumer.close()
-    return out
-
-
 def wait_until_stored(stack: EmbeddedStack, delay_id: str, timeout: float = 30) -> None:
     table = stack.resource("MessageTable").ref
     end = time.monotonic() + timeout
@@ -72,12 +46,6 @@ def wait_until_stored(stack: EmbeddedStack, delay_id: str, timeout: float = 30) 
             return
         time.sleep(0.2)
     raise AssertionError(f"{delay_id} was not stored within {timeout}s")
-
-
-def header(message: Message, name: str) -> str:
-    value = dict(message.headers() or [])[name]
-    assert isinstance(value, bytes)
-    return value.decode()
 
 
 def test_reschedule_moves_a_stored_message_and_refuses_an_unknown_id(
@@ -100,18 +68,19 @@ def test_reschedule_moves_a_stored_message_and_refuses_an_unknown_id(
         assert main(["reschedule", "nobody", "--due", str(old_due_ms), "--at", "1", *client]) == 0
         assert "reschedule for nobody sent" in capsys.readouterr().out
         # Past the old due time: it would have arrived by now if it had not moved.
-        messages = received(stack.kafka_bootstrap, until=time.monotonic() + OLD_DELAY_MS / 1000 + 8)
+        until = time.monotonic() + OLD_DELAY_MS / 1000 + 8
+        messages = consume(stack.kafka_bootstrap, TARGET, until=until)
         rejects = (
             stack.client("sqs")
             .receive_message(QueueUrl=stack.resource("RejectQueue").ref, MaxNumberOfMessages=10)
             .get("Messages", [])
         )
-    assert [header(m, c.HEADER_ID) for m in messages] == ["order-7"]
+    assert [header_text(m, c.HEADER_ID) for m in messages] == ["order-7"]
     [message] = messages
     assert message.value() == b"order 7"
-    due_ms = int(header(message, c.HEADER_DUE_MS))
+    due_ms = int(header_text(message, c.HEADER_DUE_MS))
     assert moved_at * 1000 + NEW_DELAY_S * 1000 - 1000 <= due_ms < old_due_ms
-    assert int(header(message, c.HEADER_EMITTED_MS)) >= due_ms
+    assert int(header_text(message, c.HEADER_EMITTED_MS)) >= due_ms
     [reject] = [json.loads(r["Body"]) for r in rejects]
     assert reject["reason"] == "reschedule-not-found"
     assert {"delay-reschedule": list(b"nobody")} in reject["record"]["headers"]
