@@ -7,8 +7,9 @@ and the emitter behind a model of the Lambda SQS event source (``ReceiveMessage`
 the emitter, ``DeleteMessageBatch`` of the successful ones; counted on the same fake client).
 
 Paths: ``short`` (due within the horizon: straight to SQS), ``long`` (stored in DynamoDB, then
-scheduled), ``cancel`` (a cancel record: one marker), and ``mix`` (the workload's mix in mixed
-ingest batches: the figure the SQS target is checked against).
+scheduled), ``cancel`` (a cancel record: one marker), ``reschedule`` (a reschedule record moving
+a stored message an hour later: what the reschedule itself costs at ingest), and ``mix`` (the
+workload's mix in mixed ingest batches: the figure the SQS target is checked against).
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from typing import Any, Final
 from bench.fakes import RequestCounter
 from bench.harness import InMemoryPipeline
 from bench.workload import (
+    DELAY_TOPIC,
     ISSUE_7,
     NOW_MS,
     Workload,
     batched,
+    header,
     kafka_event,
     kafka_record,
 )
@@ -221,6 +224,62 @@ def run_path(path: str, count: int, workload: Workload = ISSUE_7, seed: int = 11
         pipeline.close()
 
 
+def run_reschedules(count: int, workload: Workload = ISSUE_7, seed: int = 11) -> PathCounts:
+    """Store ``count`` long messages, then count what ingest calls for one reschedule record
+    each (an hour later: the copy is stored too). The messages' own requests are not counted:
+    they are the ``long`` path's."""
+    rng = random.Random(seed)
+    pipeline = InMemoryPipeline.create()
+    try:
+        s = pipeline.settings
+        first = buckets.due_second(NOW_MS) + s.horizon_seconds + 60
+        messages = _records("long", count, workload, first, rng)
+        deadline = pipeline.deadline()
+        pipeline.store.create_watermark(first - 1, NOW_MS, deadline)
+        for chunk in batched(messages, INGEST_BATCH):
+            pipeline.ingest(kafka_event(chunk))
+        moves = [_reschedule_record(count + i, m) for i, m in enumerate(messages)]
+        pipeline.counter.reset()
+        moved = sum(
+            pipeline.ingest(kafka_event(chunk)).rescheduled
+            for chunk in batched(moves, INGEST_BATCH)
+        )
+        assert moved == count, (moved, count)
+        calls = pipeline.counter.by_operation()
+        return PathCounts(
+            path="reschedule",
+            messages=count,
+            long_messages=count,
+            calls=calls,
+            units={f"{s_}.{u}": v for (s_, u), v in sorted(pipeline.counter.units.items())},
+            stages={"ingest": calls},
+            invocations=pipeline.invocations.as_dict(),
+            notes=["per reschedule record; the moved messages' own writes are the long path's"],
+        )
+    finally:
+        pipeline.close()
+
+
+def _reschedule_record(offset: int, message: dict[str, Any]) -> dict[str, Any]:
+    """A record moving ``message`` (default id, ``delay-deliver-at``) an hour later."""
+    (was_due,) = [
+        bytes(h["delay-deliver-at"]) for h in message["headers"] if "delay-deliver-at" in h
+    ]
+    delay_id = f"{message['topic']}-{message['partition']}-{message['offset']}"
+    return {
+        "topic": DELAY_TOPIC,
+        "partition": 0,
+        "offset": offset,
+        "timestamp": NOW_MS + 1,
+        "timestampType": "LOG_APPEND_TIME",
+        "headers": [
+            header("delay-reschedule", delay_id.encode()),
+            header("delay-was-due", was_due),
+            header("delay-deliver-at", str(int(was_due) + 3600_000).encode()),
+        ],
+    }
+
+
 @dataclass
 class CallFigures:
     """Every path's counts and the headline figures checked against the targets."""
@@ -271,11 +330,12 @@ class CallFigures:
 
 
 def measure_calls(cfg: CallSettings, workload: Workload = ISSUE_7) -> CallFigures:
-    """Run the four paths."""
+    """Run the five paths."""
     paths = {
         "short": run_path("short", cfg.messages, workload, cfg.seed),
         "long": run_path("long", cfg.messages, workload, cfg.seed),
         "cancel": run_path("cancel", cfg.cancels, workload, cfg.seed),
+        "reschedule": run_reschedules(cfg.cancels, workload, cfg.seed),
         "mix": run_path("mix", cfg.messages, workload, cfg.seed),
     }
     return CallFigures(paths, workload)

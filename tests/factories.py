@@ -107,7 +107,7 @@ def kafka_record(
 ) -> dict[str, Any]:
     """A Kafka event record; control headers by keyword (``target="orders.timeout"``,
     ``seconds="30"``, ``deliver_at=...``, ``ms=...``, ``id=...``, ``cancel=...``,
-    ``tenant=...``, ``priority=...``)."""
+    ``tenant=...``, ``priority=...``, ``reschedule=...``, ``was_due=...``)."""
     names = {
         "target": "delay-target",
         "seconds": "delay-seconds",
@@ -117,6 +117,8 @@ def kafka_record(
         "cancel": "delay-cancel",
         "tenant": "delay-tenant",
         "priority": "delay-priority",
+        "reschedule": "delay-reschedule",
+        "was_due": "delay-was-due",
     }
     all_headers = [header(names[k], v) for k, v in control.items()] + list(headers or [])
     record: dict[str, Any] = {

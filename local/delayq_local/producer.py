@@ -1,4 +1,5 @@
-"""Writing delay requests and cancels to the delay topic, with the contract's headers."""
+"""Writing delay requests, cancels and reschedules to the delay topic, with the contract's
+headers."""
 
 from __future__ import annotations
 
@@ -73,6 +74,17 @@ class DelayProducer:
     def cancel(self, delay_id: str) -> None:
         """Queue a cancel record for `delay_id`."""
         self.send_raw([(c.HEADER_CANCEL, delay_id.encode())])
+
+    def reschedule(self, delay_id: str, was_due_ms: int, due: Due) -> None:
+        """Queue a reschedule record: move the pending `delay_id`, stored for `was_due_ms`
+        (its due time, epoch milliseconds), to `due`."""
+        self.send_raw(
+            [
+                (c.HEADER_RESCHEDULE, delay_id.encode()),
+                (c.HEADER_WAS_DUE, str(was_due_ms).encode()),
+                due.header(),
+            ]
+        )
 
     def send_raw(
         self, headers: Sequence[Header], *, value: bytes | None = None, key: bytes | None = None

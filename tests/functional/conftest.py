@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from delayq import buckets
+from delayq.direct import DirectServices
 from delayq.emitter import EmitResult, EmitterServices, emit_batch, messages_from_event
 from delayq.ingest import IngestResult, IngestServices, ingest_batch
 from delayq.kafka import KafkaDelivery
@@ -18,7 +19,7 @@ from delayq.retry import Backoff, Deadline
 from delayq.scheduler import ScheduleResult, run_scheduler
 from delayq.settings import Settings
 from delayq.shaping import Shaper
-from delayq.stats import DeliveryStats
+from delayq.stats import DeliveryStats, FlushPolicy
 from delayq.store import MessageStore, Watermark
 from tests.factories import (
     AwsResources,
@@ -61,9 +62,26 @@ class Pipeline:
         """The same pipeline reading the table through another client (a recording proxy)."""
         return dataclasses.replace(self, store=store_of(client, self.settings))
 
-    def ingest(self, event: object) -> IngestResult:
+    def ingest(
+        self, event: object, *, direct: bool = False, delay_queue: DelayQueue | None = None
+    ) -> IngestResult:
+        """One ingest batch; ``direct``: with the direct path (producing to ``producer``)."""
+        producer = self.producer
+        direct_services = (
+            DirectServices(
+                KafkaDelivery(lambda _on_error: producer, 1.0),
+                DeliveryStats(policy=FlushPolicy(max_messages=1)),
+            )
+            if direct
+            else None
+        )
         services = IngestServices(
-            self.store, self.delay_queue, self.rejects, self.payloads, shaper=self.shaper
+            self.store,
+            delay_queue or self.delay_queue,
+            self.rejects,
+            self.payloads,
+            direct_services,
+            shaper=self.shaper,
         )
         return ingest_batch(
             event,
@@ -71,6 +89,7 @@ class Pipeline:
             services=services,
             clock=self.clock,
             deadline=self.deadline(),
+            sleep=self.clock.sleep,
         )
 
     def set_watermark(self, second: int) -> Watermark:

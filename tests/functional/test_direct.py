@@ -10,12 +10,9 @@ import pytest
 from botocore.exceptions import EndpointConnectionError
 
 from delayq.contract import decode_body
-from delayq.direct import DirectServices
 from delayq.exceptions import DelayQueueError
-from delayq.ingest import IngestResult, IngestServices, ingest_batch
-from delayq.kafka import KafkaDelivery
+from delayq.ingest import IngestResult
 from delayq.queues import DelayQueue, SqsQueue
-from delayq.stats import DeliveryStats, FlushPolicy
 from tests.factories import (
     NOW_MS,
     ClientProxy,
@@ -30,20 +27,7 @@ from tests.functional.conftest import Pipeline, no_sleep_backoff
 def ingest(
     p: Pipeline, *records: dict[str, Any], delay_queue: DelayQueue | None = None
 ) -> IngestResult:
-    producer = p.producer
-    direct = DirectServices(
-        KafkaDelivery(lambda _on_error: producer, 1.0),
-        DeliveryStats(policy=FlushPolicy(max_messages=1)),
-    )
-    services = IngestServices(p.store, delay_queue or p.delay_queue, p.rejects, p.payloads, direct)
-    return ingest_batch(
-        kafka_event(*records),
-        settings=p.settings,
-        services=services,
-        clock=p.clock,
-        deadline=p.deadline(),
-        sleep=p.clock.sleep,
-    )
+    return p.ingest(kafka_event(*records), direct=True, delay_queue=delay_queue)
 
 
 def produced_ids(p: Pipeline) -> list[str]:

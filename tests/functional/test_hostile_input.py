@@ -687,7 +687,7 @@ def test_bad_records_are_rejected_whole_and_good_ones_go_on(hp: Pipeline, batch:
             last_of[(x.delivered.delay_id, x.delivered.due_ms // 1000)] = x.delivered
     assert stored_messages(hp) == last_of
     cancel_ids = {x.cancel_id for x in cases if x.cancel_id}
-    assert set(hp.store.cancels(cancel_ids, hp.deadline())) == cancel_ids
+    assert set(hp.store.markers(cancel_ids, hp.deadline())) == cancel_ids
     assert_bodies_fit_sqs(hp)
 
 

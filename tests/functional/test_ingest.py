@@ -9,7 +9,7 @@ import pytest
 
 from delayq import buckets
 from delayq.exceptions import MalformedEventError, RetriesExhaustedError
-from delayq.store import MessageStore, Watermark
+from delayq.store import Marker, MessageStore, Watermark
 from tests.factories import NOW_MS, kafka_event, kafka_record
 from tests.functional.conftest import Pipeline, no_sleep_backoff
 
@@ -81,8 +81,8 @@ def test_bad_records_are_rejected_with_reason_and_original_while_good_ones_go_on
 def test_a_cancel_record_writes_a_marker_with_its_record_time(p: Pipeline) -> None:
     result = p.ingest(kafka_event(kafka_record(offset=3, timestamp=NOW_MS - 5, cancel="order-42")))
     assert result.cancelled == 1
-    assert p.store.cancels(["order-42", "order-43"], p.deadline()) == {
-        "order-42": (NOW_MS - 5, "delay-requests-0-3")
+    assert p.store.markers(["order-42", "order-43"], p.deadline()) == {
+        "order-42": Marker(cancel=(NOW_MS - 5, "delay-requests-0-3"))
     }
 
 

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import time
+import uuid
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
 from delayq_local.sources import EventSource
 
@@ -21,3 +26,43 @@ class Runner:
     def __call__(self, source: S) -> S:
         self.started.append(source)
         return source.start()
+
+
+def consume(
+    bootstrap: str,
+    topic: str,
+    *,
+    until: float,
+    limit: int | None = None,
+    config: Mapping[str, Any] | None = None,
+) -> list[Message]:
+    """Every record of ``topic`` from the beginning, until ``until`` (monotonic seconds) or
+    ``limit`` records."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"test-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            **(config or {}),
+        }
+    )
+    metadata = consumer.list_topics(topic, timeout=10)
+    consumer.assign(
+        [TopicPartition(topic, p, OFFSET_BEGINNING) for p in metadata.topics[topic].partitions]
+    )
+    out: list[Message] = []
+    try:
+        while time.monotonic() < until and (limit is None or len(out) < limit):
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                out.append(message)
+    finally:
+        consumer.close()
+    return out
+
+
+def header_text(message: Message, name: str) -> str:
+    """One header of a consumed record, as text."""
+    value = dict(message.headers() or [])[name]
+    assert isinstance(value, bytes)
+    return value.decode()

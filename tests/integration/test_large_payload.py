@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import hashlib
 import time
-import uuid
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+from confluent_kafka import Message
 
 from delayq import constants as c
 from delayq_local import EmbeddedStack, StackConfig
 from delayq_local.producer import DelayProducer, Due
 from delayq_local.stack import TimeCompression
-from tests.integration.support import PROJECT_ROOT
+from tests.integration.support import PROJECT_ROOT, consume, header_text
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -39,35 +38,13 @@ def config(stack_name: str) -> StackConfig:
 
 
 def received(bootstrap: str, timeout: float) -> list[Message]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"large-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "fetch.max.bytes": 8 * MIB,
-            "max.partition.fetch.bytes": 8 * MIB,
-        }
+    return consume(
+        bootstrap,
+        TARGET,
+        until=time.monotonic() + timeout,
+        limit=2,
+        config={"fetch.max.bytes": 8 * MIB, "max.partition.fetch.bytes": 8 * MIB},
     )
-    metadata = consumer.list_topics(TARGET, timeout=10)
-    consumer.assign(
-        [TopicPartition(TARGET, p, OFFSET_BEGINNING) for p in metadata.topics[TARGET].partitions]
-    )
-    out: list[Message] = []
-    end = time.monotonic() + timeout
-    try:
-        while time.monotonic() < end and len(out) < 2:
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                out.append(message)
-    finally:
-        consumer.close()
-    return out
-
-
-def header(message: Message, name: str) -> str:
-    value = dict(message.headers() or [])[name]
-    assert isinstance(value, bytes)
-    return value.decode()
 
 
 def test_a_1_mib_value_is_delivered_byte_identical_on_both_paths(stack_name: str) -> None:
@@ -93,9 +70,10 @@ def test_a_1_mib_value_is_delivered_byte_identical_on_both_paths(stack_name: str
             QueueUrl=stack.resource("DelayDeadLetterQueue").ref,
             AttributeNames=["ApproximateNumberOfMessages"],
         )["Attributes"]["ApproximateNumberOfMessages"]
-    by_id = {header(m, c.HEADER_ID): m for m in messages}
+    by_id = {header_text(m, c.HEADER_ID): m for m in messages}
     assert sorted(by_id) == ["big-queued", "big-stored"]
     for delay_id, message in by_id.items():
         assert message.value() == values[delay_id], delay_id
-        assert int(header(message, c.HEADER_EMITTED_MS)) >= int(header(message, c.HEADER_DUE_MS))
+        emitted_ms = int(header_text(message, c.HEADER_EMITTED_MS))
+        assert emitted_ms >= int(header_text(message, c.HEADER_DUE_MS))
     assert dead == "0"

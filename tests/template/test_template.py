@@ -701,6 +701,19 @@ def test_item_level_access_is_limited_to_its_partition_keys(
     assert statement["Condition"][operator]["dynamodb:LeadingKeys"] == leading_keys
 
 
+def test_ingest_may_read_the_stored_messages_a_reschedule_moves(
+    resources: dict[str, Any],
+) -> None:
+    # Their partition keys are due-seconds: a grant limited to marker keys would refuse them.
+    (statement,) = [
+        s
+        for s in role_statements(resources, "IngestRole")
+        if s["Effect"] == "Allow" and "dynamodb:BatchGetItem" in listed(s["Action"])
+    ]
+    assert statement["Resource"] == arn_of("MessageTable")
+    assert "Condition" not in statement
+
+
 def test_only_ingest_and_the_scheduler_update_items(resources: dict[str, Any]) -> None:
     # The scheduler moves the watermark; ingest creates it and writes cancel markers.
     writers = {

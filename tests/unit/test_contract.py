@@ -19,6 +19,7 @@ from delayq.contract import (
     Envelope,
     Reason,
     RejectedRecord,
+    RescheduleRequest,
     dead_letter_of,
     dead_letter_text,
     delivery_headers,
@@ -94,6 +95,31 @@ def test_a_request_and_a_cancel_carry_their_record_timestamp(settings: Settings)
     assert parse_record(cancel, settings, NOW_MS) == CancelRequest(
         "r-1", "delay-requests-0-0", NOW_MS - 3
     )
+
+
+def test_a_reschedule_carries_old_and_new_due_and_its_record_time(settings: Settings) -> None:
+    record = kafka_record(
+        offset=9, timestamp=NOW_MS - 3, reschedule=" r-1 ", was_due=str(NOW_MS + 60_000), ms="500"
+    )
+    record["value"] = "not base64!"  # key, value and other headers of a control record unused
+    assert parse_record(record, settings, NOW_MS) == RescheduleRequest(
+        "r-1", NOW_MS + 60_000, NOW_MS - 3 + 500, "delay-requests-0-9", NOW_MS - 3
+    )
+
+
+def test_a_reschedule_to_an_absolute_time_in_the_past_is_accepted(settings: Settings) -> None:
+    record = kafka_record(reschedule="r-1", was_due=str(NOW_MS + 60_000), deliver_at="1")
+    assert parse_record(record, settings, NOW_MS) == RescheduleRequest(
+        "r-1", NOW_MS + 60_000, 1, "delay-requests-0-0", NOW_MS
+    )
+
+
+def test_a_moved_copy_survives_the_envelope() -> None:
+    request = replace(delay_request(delay_id="r-1"), ts_ms=NOW_MS)
+    moved = replace(request, moved_ts_ms=NOW_MS + 5, moved_src="delay-requests-1-7")
+    assert Envelope.decode(Envelope(moved).encode()).request == moved
+    assert '"mt"' not in Envelope(request).encode()
+    assert estimated_body_bytes(moved) >= len(Envelope(moved).encode())
 
 
 def test_relative_ms_count_from_the_record_timestamp_not_now(settings: Settings) -> None:
@@ -652,6 +678,42 @@ REJECTIONS: list[tuple[str, Callable[[], Any], Reason, str]] = [
         f"and at most {c.MAX_ID_BYTES} bytes of UTF-8",
     ),
     (
+        "reschedule-without-was-due",
+        lambda: kafka_record(reschedule="r-1", ms="1"),
+        Reason.MISSING_DUE,
+        "delay-reschedule needs delay-was-due",
+    ),
+    (
+        "reschedule-without-new-due",
+        lambda: kafka_record(reschedule="r-1", was_due=str(NOW_MS + 60_000)),
+        Reason.MISSING_DUE,
+        "one of delay-deliver-at, delay-seconds, delay-ms is required",
+    ),
+    (
+        "reschedule-was-due-not-a-number",
+        lambda: kafka_record(reschedule="r-1", was_due="soon", ms="1"),
+        Reason.BAD_DUE,
+        "delay-was-due='soon' is not a plain number",
+    ),
+    (
+        "reschedule-beyond-the-maximum",
+        lambda: kafka_record(reschedule="r-1", was_due=str(NOW_MS), seconds=str(WEEK_S + 1)),
+        Reason.DELAY_TOO_LONG,
+        "maximum is",
+    ),
+    (
+        "reschedule-and-cancel",
+        lambda: kafka_record(cancel="r-1", reschedule="r-1", was_due=str(NOW_MS), ms="1"),
+        Reason.BAD_HEADERS,
+        "delay-cancel and delay-reschedule in one record",
+    ),
+    (
+        "reschedule-blank-id",
+        lambda: kafka_record(reschedule=" "),
+        Reason.BAD_ID,
+        "delay-reschedule",
+    ),
+    (
         "tenant-blank",
         lambda: kafka_record(target="reminders", ms="1", tenant="  "),
         Reason.BAD_TENANT,
@@ -694,11 +756,15 @@ def test_every_input_reason_has_a_rejection_case() -> None:
     covered = {reason for _, _, reason, _ in REJECTIONS}
     # bad-envelope is the emitter's verdict on a queue body, not on an input record;
     # internal-error is ingest's for a record the parser itself failed on (test_ingest);
-    # quota-exceeded is ingest's for a tenant over its quota (test_shaping).
+    # quota-exceeded is ingest's for a tenant over its quota (test_shaping); the reschedule
+    # reasons are ingest's verdicts on what the store holds (tests/functional/test_reschedule).
     assert covered == set(Reason) - {
         Reason.BAD_ENVELOPE,
         Reason.INTERNAL_ERROR,
         Reason.QUOTA_EXCEEDED,
+        Reason.RESCHEDULE_NOT_FOUND,
+        Reason.RESCHEDULE_CANCELLED,
+        Reason.RESCHEDULE_TOO_LATE,
     }
 
 
@@ -718,6 +784,9 @@ def test_reason_codes_are_the_documented_strings() -> None:
             "bad-id",
             "bad-envelope",
             "bad-tenant",
+            "reschedule-not-found",
+            "reschedule-cancelled",
+            "reschedule-too-late",
             "bad-priority",
             "quota-exceeded",
             "internal-error",

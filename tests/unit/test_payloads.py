@@ -265,3 +265,27 @@ def test_two_different_records_at_one_offset_are_both_kept(
     second = payloads.put_rejected(rejection, b"[2]", deadline())
     assert first != second
     assert (object_body(aws, first), object_body(aws, second)) == (b"[1]", b"[2]")
+
+
+def test_a_rescheduled_copy_restores_the_payload_of_its_original_due(
+    payloads: PayloadStore,
+) -> None:
+    offloaded = payloads.offload(delay_request(value=VALUE), deadline())
+    copy = replace(
+        offloaded, due_ms=offloaded.due_ms + 3600_000, moved_ts_ms=1, moved_src="delay-requests-0-9"
+    )
+    assert payloads.restore(copy, deadline()).value == VALUE
+
+
+@pytest.mark.parametrize("name", ["another-id", "foreign-key", "own-key-and-more"])
+def test_a_rescheduled_copy_still_refuses_what_is_not_its_id_payload(
+    payloads: PayloadStore, name: str
+) -> None:
+    _, key = FORGED[name]
+    copy = replace(
+        OWN,
+        payload_ref=f"s3://{payloads.bucket}/{key}",
+        moved_ts_ms=1,
+        moved_src="delay-requests-0-9",
+    )
+    assert not payloads.owns(copy)

@@ -9,11 +9,12 @@ from typing import Any, cast
 import pytest
 
 from delayq import buckets
-from delayq.contract import CancelRequest, DelayRequest
+from delayq.contract import CancelRequest, DelayRequest, RescheduleRequest
 from delayq.exceptions import RetriesExhaustedError, StoreError, WatermarkConflictError
 from delayq.retry import Deadline
 from delayq.settings import Settings
 from delayq.store import (
+    Marker,
     MessageStore,
     Watermark,
     cancel_covers,
@@ -276,8 +277,8 @@ def test_one_id_twice_in_a_batch_is_one_item_the_last_write_wins(aws: AwsResourc
 def test_one_cancel_twice_in_a_batch_is_one_marker_the_latest(aws: AwsResources) -> None:
     store = make_store(aws.dynamodb, aws.settings)
     store.put_cancels([cancel("order-1", 10), cancel("order-1", 20)], NOW_MS, deadline())
-    assert store.cancels(["order-1"], deadline()) == {
-        "order-1": (NOW_MS + 20, "delay-requests-0-20")
+    assert store.markers(["order-1"], deadline()) == {
+        "order-1": Marker(cancel=(NOW_MS + 20, "delay-requests-0-20"))
     }
     assert len(all_items(aws)) == 1
 
@@ -495,7 +496,9 @@ def test_an_older_cancel_processed_later_does_not_replace_a_newer_one(store: Mes
     # Cancels from two partitions may be ingested out of order: the marker keeps the latest.
     store.put_cancels([cancel("r-1", 50)], NOW_MS, deadline())
     store.put_cancels([cancel("r-1", 10)], NOW_MS + 1, deadline())
-    assert store.cancels(["r-1"], deadline()) == {"r-1": (NOW_MS + 50, "delay-requests-0-50")}
+    assert store.markers(["r-1"], deadline()) == {
+        "r-1": Marker(cancel=(NOW_MS + 50, "delay-requests-0-50"))
+    }
     assert store.cancelled([message("r-1", 30)], deadline()) == [True]
 
 
@@ -745,3 +748,92 @@ def test_the_progress_item_fits_dynamodb_with_every_shard_at_the_longest_id(
     )["Item"]
     assert dynamodb_item_bytes(item) < 400 * 1024
     assert store.read_watermark(deadline()) == written
+
+
+# --- reschedules -----------------------------------------------------------------------------
+
+
+def reschedule_of(delay_id: str, offset: int, due_ms: int = DUE_MS + 60_000) -> RescheduleRequest:
+    """A reschedule record at ``offset`` of partition 0, written at ``NOW_MS + offset``."""
+    return RescheduleRequest(
+        delay_id, DUE_MS, due_ms, f"delay-requests-0-{offset}", NOW_MS + offset
+    )
+
+
+def moved(request: DelayRequest, by: RescheduleRequest) -> DelayRequest:
+    return replace(request, due_ms=by.due_ms, moved_ts_ms=by.ts_ms, moved_src=by.src)
+
+
+def test_a_reschedule_supersedes_earlier_versions_but_not_its_copy_or_later_messages() -> None:
+    r = reschedule_of("r-1", 20)
+    marker = Marker(moved=(r.ts_ms, r.src))
+    original = message("r-1", 10)
+    assert marker.applies(original)
+    assert not marker.applies(moved(original, r))
+    assert not marker.applies(message("r-1", 30))  # a later message reusing the id
+    assert marker.applies(moved(original, reschedule_of("r-1", 15)))  # an older copy
+
+
+def test_a_cancel_of_the_original_also_cancels_its_copy() -> None:
+    r = reschedule_of("r-1", 20)
+    copy = moved(message("r-1", 10), r)
+    # The cancel was written before the reschedule: it still covers the copy of what it
+    # cancelled, whichever of the two ingest processed first.
+    assert Marker(cancel=(NOW_MS + 15, "delay-requests-0-15"), moved=(r.ts_ms, r.src)).applies(copy)
+    # A cancel before the original was written does not.
+    assert not Marker(cancel=(NOW_MS + 5, "delay-requests-0-5")).applies(copy)
+
+
+def test_a_marker_holding_only_a_reschedule_cancels_nothing(store: MessageStore) -> None:
+    r = reschedule_of("r-1", 20)
+    assert store.put_reschedules([(r, deadline())], NOW_MS) == [True]
+    markers = store.markers(["r-1"], deadline())
+    assert markers == {"r-1": Marker(moved=(r.ts_ms, r.src), moved_due_ms=r.due_ms)}
+    assert store.cancelled([moved(message("r-1", 10), r), message("r-1", 30)], deadline()) == [
+        False,
+        False,
+    ]
+
+
+def test_a_reschedule_and_a_cancel_share_one_marker_item(
+    store: MessageStore, aws: AwsResources
+) -> None:
+    store.put_cancels([cancel("r-1", 5)], NOW_MS, deadline())
+    store.put_reschedules([(reschedule_of("r-1", 20), deadline())], NOW_MS)
+    assert len(all_items(aws)) == 1
+    marker = store.markers(["r-1"], deadline())["r-1"]
+    assert marker.cancel == (NOW_MS + 5, "delay-requests-0-5")
+    assert marker.moved == (NOW_MS + 20, "delay-requests-0-20")
+
+
+def test_an_older_reschedule_processed_later_loses(store: MessageStore) -> None:
+    newer, older = reschedule_of("r-1", 50), reschedule_of("r-1", 10)
+    assert store.put_reschedules([(newer, deadline())], NOW_MS) == [True]
+    assert store.put_reschedules([(older, deadline())], NOW_MS + 1) == [False]
+    assert store.markers(["r-1"], deadline())["r-1"].moved == (newer.ts_ms, newer.src)
+    # The same record again (a redelivered batch) is recorded again.
+    assert store.put_reschedules([(newer, deadline())], NOW_MS + 2) == [True]
+
+
+def test_a_reschedule_is_not_written_after_its_deadline(store: MessageStore) -> None:
+    with pytest.raises(StoreError, match="not recorded before its cutoff"):
+        store.put_reschedules([(reschedule_of("r-1", 20), Deadline(lambda: 0, 0))], NOW_MS)
+    assert store.markers(["r-1"], deadline()) == {}
+
+
+def test_messages_at_finds_stored_messages_by_id_and_time(store: MessageStore) -> None:
+    stored = delay_request(delay_id="r-1", due_ms=DUE_MS)
+    store.put_messages([stored], NOW_MS, deadline())
+    found = store.messages_at(
+        [("r-1", DUE_MS), ("r-1", DUE_MS + 999 - DUE_MS % 1000), ("r-1", DUE_MS + 5000)],
+        deadline(),
+    )
+    # Any time within the stored second finds it: the key is the second.
+    assert found == {("r-1", DUE_MS): stored, ("r-1", DUE_MS + 999 - DUE_MS % 1000): stored}
+
+
+def test_a_moved_copy_round_trips_through_its_item() -> None:
+    copy = moved(message("r-1", 10), reschedule_of("r-1", 20))
+    item = message_item(copy, shards=4, ttl_grace_seconds=60)
+    assert item["mts"] == {"N": str(NOW_MS + 20)}
+    assert request_from_item(item) == copy

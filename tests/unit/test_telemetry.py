@@ -64,6 +64,7 @@ def ingest_result() -> IngestResult:
         queued=5,
         stored=7,
         cancelled=1,
+        rescheduled=9,
         offloaded=2,
         rescued=3,
         rejected=[
@@ -81,6 +82,7 @@ def test_report_ingest_returns_the_counts(metrics: Metrics, logger: Logger) -> N
         "queued": 5,
         "stored": 7,
         "cancelled": 1,
+        "rescheduled": 9,
         "offloaded": 2,
         "rescued": 3,
         "rejected": 2,
@@ -97,6 +99,7 @@ def test_report_ingest_emits_one_count_metric_per_outcome(metrics: Metrics, logg
         "IngestQueued": ("Count", [5.0]),
         "IngestStored": ("Count", [7.0]),
         "IngestCancelled": ("Count", [1.0]),
+        "IngestRescheduled": ("Count", [9.0]),
         "IngestOffloaded": ("Count", [2.0]),
         "IngestRescued": ("Count", [3.0]),
         "IngestRejected": ("Count", [2.0]),

@@ -57,6 +57,10 @@ HEADER_ID: Final = "delay-id"
 HEADER_CANCEL: Final = "delay-cancel"
 HEADER_TENANT: Final = "delay-tenant"
 HEADER_PRIORITY: Final = "delay-priority"
+# A reschedule: move the pending message with this id (stored for its old due time, in
+# epoch milliseconds, ``delay-was-due``) to the due time of the usual due headers.
+HEADER_RESCHEDULE: Final = "delay-reschedule"
+HEADER_WAS_DUE: Final = "delay-was-due"
 # Delivery headers added by the emitter.
 HEADER_DUE_MS: Final = "delay-due-ms"
 HEADER_EMITTED_MS: Final = "delay-emitted-ms"
@@ -205,6 +209,18 @@ ATTR_RELEASE_MS: Final = "release_ms"
 ATTR_CANCEL_TS: Final = "cancel_ts"
 ATTR_CANCEL_SRC: Final = "cancel_src"
 CANCEL_PK_PREFIX: Final = "cancel#"
+# The same marker item holds the latest reschedule of the id (its record's timestamp and
+# coordinates, and the due time it moved the message to, for operators).
+ATTR_RESCHEDULE_TS: Final = "moved_ts"
+ATTR_RESCHEDULE_SRC: Final = "moved_src"
+ATTR_RESCHEDULE_DUE_MS: Final = "moved_due_ms"
+# A copy made by a reschedule: the reschedule record it belongs to.
+ATTR_MOVED_BY_TS: Final = "mts"
+ATTR_MOVED_BY_SRC: Final = "msrc"
+# A reschedule must be recorded this long (plus the emitter's hold, within which the emitter
+# reads a message's markers) before the old due time: the clocks of two functions may differ,
+# and the marker write takes time. Later, it is refused as too late.
+RESCHEDULE_MARGIN_MS: Final = 2000
 # Counters of the tenant limits: release slots per second, ingest quota per second.
 RATE_PK_PREFIX: Final = "rate#"
 QUOTA_PK_PREFIX: Final = "quota#"

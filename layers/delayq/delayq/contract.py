@@ -43,6 +43,9 @@ class Reason(enum.StrEnum):
     BAD_TENANT = "bad-tenant"
     BAD_PRIORITY = "bad-priority"
     QUOTA_EXCEEDED = "quota-exceeded"
+    RESCHEDULE_NOT_FOUND = "reschedule-not-found"
+    RESCHEDULE_CANCELLED = "reschedule-cancelled"
+    RESCHEDULE_TOO_LATE = "reschedule-too-late"
     INTERNAL_ERROR = "internal-error"
 
 
@@ -95,6 +98,11 @@ class DelayRequest:
     priority: str = c.PRIORITY_NORMAL
     # When its tenant's release-rate cap lets it go (0: at its due time). Never before due.
     release_ms: int = 0
+    # A copy made by a reschedule: that reschedule record's timestamp and coordinates (0 and
+    # empty: not moved). ``ts_ms`` and ``src`` stay the original message's, so a cancel of
+    # the original also cancels the copy (``delayq.store.Marker``).
+    moved_ts_ms: int = 0
+    moved_src: str = ""
 
     @property
     def owner(self) -> str:
@@ -119,6 +127,19 @@ class CancelRequest:
     partition)."""
 
     delay_id: str
+    src: str
+    ts_ms: int = 0
+
+
+@dataclass(frozen=True)
+class RescheduleRequest:
+    """A control record asking to move the pending message ``delay_id``, stored for
+    ``was_due_ms`` (its due time, or its release time when a release cap deferred it), to
+    ``due_ms``. Like a cancel, it applies to the messages with that id written before it."""
+
+    delay_id: str
+    was_due_ms: int
+    due_ms: int
     src: str
     ts_ms: int = 0
 
@@ -154,7 +175,10 @@ def iter_event_records(event: Any) -> Iterator[Any]:
         yield from records
 
 
-def parse_record(record: Any, settings: Settings, now_ms: int) -> DelayRequest | CancelRequest:
+ControlRequest = DelayRequest | CancelRequest | RescheduleRequest
+
+
+def parse_record(record: Any, settings: Settings, now_ms: int) -> ControlRequest:
     """Validate one event record; raise :class:`RejectedRecord` with a precise reason."""
     if not isinstance(record, Mapping):
         raise RejectedRecord(Reason.MALFORMED_RECORD, "record is not an object")
@@ -162,12 +186,16 @@ def parse_record(record: Any, settings: Settings, now_ms: int) -> DelayRequest |
     headers = _headers(record.get("headers", []))
     control = _control_headers(headers)
 
+    if c.HEADER_CANCEL in control and c.HEADER_RESCHEDULE in control:
+        raise RejectedRecord(Reason.BAD_HEADERS, "delay-cancel and delay-reschedule in one record")
     if c.HEADER_CANCEL in control:
         return CancelRequest(
             _delay_id(control[c.HEADER_CANCEL], "delay-cancel"),
             source.coordinates,
             source.timestamp_ms,
         )
+    if c.HEADER_RESCHEDULE in control:
+        return _reschedule(control, source, settings, now_ms)
 
     key = _b64(record.get("key"), "key")
     value = _b64(record.get("value"), "value")
@@ -182,12 +210,7 @@ def parse_record(record: Any, settings: Settings, now_ms: int) -> DelayRequest |
         )
 
     due_ms = _due_ms(control, source.timestamp_ms)
-    if due_ms - now_ms > settings.max_delay_seconds * 1000:
-        raise RejectedRecord(
-            Reason.DELAY_TOO_LONG,
-            f"due {due_ms} is {(due_ms - now_ms) / 1000:.0f}s away; "
-            f"maximum is {settings.max_delay_seconds}s",
-        )
+    _check_delay(due_ms, settings, now_ms)
 
     delay_id = (
         _delay_id(control[c.HEADER_ID], "delay-id")
@@ -222,6 +245,33 @@ def parse_record(record: Any, settings: Settings, now_ms: int) -> DelayRequest |
             f"maximum is {c.MAX_INLINE_KEY_AND_HEADERS_BYTES}",
         )
     return request
+
+
+def _check_delay(due_ms: int, settings: Settings, now_ms: int) -> None:
+    if due_ms - now_ms > settings.max_delay_seconds * 1000:
+        raise RejectedRecord(
+            Reason.DELAY_TOO_LONG,
+            f"due {due_ms} is {(due_ms - now_ms) / 1000:.0f}s away; "
+            f"maximum is {settings.max_delay_seconds}s",
+        )
+
+
+def _reschedule(
+    control: Mapping[str, str], source: Source, settings: Settings, now_ms: int
+) -> RescheduleRequest:
+    """A ``delay-reschedule`` record: the id, the old due time (``delay-was-due``, epoch
+    milliseconds) and the new one (the usual due headers, relative ones counted from this
+    record's timestamp). Its key, value and other headers are not used."""
+    delay_id = _delay_id(control[c.HEADER_RESCHEDULE], "delay-reschedule")
+    if c.HEADER_WAS_DUE not in control:
+        raise RejectedRecord(
+            Reason.MISSING_DUE,
+            "delay-reschedule needs delay-was-due: the message's due time, epoch milliseconds",
+        )
+    was_due_ms = _header_ms(c.HEADER_WAS_DUE, control[c.HEADER_WAS_DUE], source.timestamp_ms)
+    due_ms = _due_ms(control, source.timestamp_ms)
+    _check_delay(due_ms, settings, now_ms)
+    return RescheduleRequest(delay_id, was_due_ms, due_ms, source.coordinates, source.timestamp_ms)
 
 
 def rejection_of(record: Any, error: RejectedRecord) -> Rejection:
@@ -376,8 +426,12 @@ def _due_ms(control: Mapping[str, str], timestamp_ms: int) -> int:
         raise RejectedRecord(
             Reason.CONFLICTING_DUE, f"more than one due header: {', '.join(given)}"
         )
-    header = given[0]
-    text = control[header].strip()
+    return _header_ms(given[0], control[given[0]], timestamp_ms)
+
+
+def _header_ms(header: str, raw: str, timestamp_ms: int) -> int:
+    """The epoch-millisecond time a due header says (relative ones from ``timestamp_ms``)."""
+    text = raw.strip()
     pattern = _DECIMAL if header == c.HEADER_DELAY_SECONDS else _INTEGER
     if not pattern.fullmatch(text):
         raise RejectedRecord(Reason.BAD_DUE, f"{header}={text[:64]!r} is not a plain number")
@@ -391,7 +445,7 @@ def _due_ms(control: Mapping[str, str], timestamp_ms: int) -> int:
         delay_ms = int((Decimal(text) * 1000).to_integral_value(rounding=ROUND_CEILING))
         return timestamp_ms + delay_ms
     number = int(text.lstrip("0") or "0")  # at most 15 digits left: int() has a length cap
-    if header == c.HEADER_DELIVER_AT:
+    if header in (c.HEADER_DELIVER_AT, c.HEADER_WAS_DUE):
         if number == 0:
             raise RejectedRecord(
                 Reason.BAD_DUE, f"{header}={text[:64]!r} is not epoch milliseconds"
@@ -417,7 +471,8 @@ class Envelope:
 
     def encode(self) -> str:
         """The SQS body (JSON, version 1). ``ts``, ``pb`` (offloaded bytes), ``n`` (refused
-        deliveries), ``rl`` (release time), ``tn`` (tenant) and ``pr`` (priority) are left out
+        deliveries), ``rl`` (release time), ``tn`` (tenant), ``pr`` (priority), ``mt`` and ``ms``
+        (the reschedule that moved it) are left out
         when they have their default: readers take the default for a missing one."""
         r = self.request
         body: dict[str, Any] = {
@@ -436,9 +491,12 @@ class Envelope:
             ("pb", r.offloaded_bytes),
             ("n", r.attempts),
             ("rl", r.release_ms),
+            ("mt", r.moved_ts_ms),
         ):
             if number:
                 body[name] = number
+        if r.moved_src:
+            body["ms"] = r.moved_src
         if r.tenant:
             body["tn"] = r.tenant
         if r.priority != c.PRIORITY_NORMAL:
@@ -550,6 +608,8 @@ def _request_of(d: Any) -> DelayRequest:
             offloaded_bytes=_count(d, "pb"),
             attempts=_count(d, "n"),
             release_ms=_count(d, "rl"),
+            moved_ts_ms=_count(d, "mt"),
+            moved_src=_optional_text(d, "ms", ""),
             tenant=_optional_text(d, "tn", ""),
             priority=_known_priority(_optional_text(d, "pr", c.PRIORITY_NORMAL)),
         )
@@ -631,6 +691,7 @@ def estimated_body_bytes(request: DelayRequest) -> int:
         + _json_text_len(request.delay_id)
         + _json_text_len(request.target)
         + _json_text_len(request.src)
+        + _json_text_len(request.moved_src)
         + _json_bytes_len(request.key)
         + _json_bytes_len(request.value)
         + header_bytes

@@ -14,7 +14,7 @@ back: nothing is lost, and the template alarms on it."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +27,7 @@ from delayq.contract import (
     Reason,
     RejectedRecord,
     Rejection,
+    RescheduleRequest,
     estimated_body_bytes,
     iter_event_records,
     parse_record,
@@ -37,6 +38,7 @@ from delayq.exceptions import WatermarkConflictError
 from delayq.payloads import PayloadStore
 from delayq.producing import Delivery
 from delayq.queues import DelayQueue, RejectQueue
+from delayq.reschedule import reschedule
 from delayq.retry import Deadline
 from delayq.settings import Settings
 from delayq.shaping import Shaper
@@ -50,6 +52,8 @@ class IngestResult:
     queued: int = 0
     stored: int = 0
     cancelled: int = 0
+    # Reschedules applied (a copy kept at the new time); refused ones are in ``rejected``.
+    rescheduled: int = 0
     offloaded: int = 0
     rescued: int = 0  # stored below a watermark that moved meanwhile, so also queued
     rejected: list[Rejection] = field(default_factory=list)
@@ -87,12 +91,16 @@ def needs_offload(request: DelayRequest, settings: Settings) -> bool:
     )
 
 
+Control = CancelRequest | RescheduleRequest
+
+
 def parse_batch(
     event: Any, settings: Settings, now_ms: int
-) -> tuple[list[DelayRequest], list[CancelRequest], list[Rejection]]:
-    """Split an event into delay requests, cancels and rejections (bad records never raise)."""
+) -> tuple[list[DelayRequest], list[Control], list[Rejection]]:
+    """Split an event into delay requests, control records (cancels, reschedules) and
+    rejections (bad records never raise)."""
     delays: list[DelayRequest] = []
-    cancels: list[CancelRequest] = []
+    controls: list[Control] = []
     rejections: list[Rejection] = []
     for record in iter_event_records(event):
         try:
@@ -104,8 +112,11 @@ def parse_batch(
             detail = f"ingest could not read the record: {type(e).__name__}: {e}"
             rejections.append(rejection_of(record, RejectedRecord(Reason.INTERNAL_ERROR, detail)))
             continue
-        (cancels if isinstance(parsed, CancelRequest) else delays).append(parsed)  # type: ignore[arg-type]
-    return delays, cancels, rejections
+        if isinstance(parsed, DelayRequest):
+            delays.append(parsed)
+        else:
+            controls.append(parsed)
+    return delays, controls, rejections
 
 
 def ingest_batch(
@@ -118,7 +129,9 @@ def ingest_batch(
     sleep: Sleep = time.sleep,
 ) -> IngestResult:
     """Process one Kafka event-source batch. Raises if a valid record could not be kept."""
-    delays, cancels, rejections = parse_batch(event, settings, clock())
+    delays, controls, rejections = parse_batch(event, settings, clock())
+    cancels = [r for r in controls if isinstance(r, CancelRequest)]
+    reschedules = [r for r in controls if isinstance(r, RescheduleRequest)]
     result = IngestResult(rejected=rejections)
 
     # Cancels first: a message that a cancel of the same batch covers must end cancelled.
@@ -132,12 +145,19 @@ def ingest_batch(
         result.capped, result.deferred = admission.capped, admission.deferred
         rejections.extend(_refused(event, admission.refused))
 
-    direct: list[DelayRequest] = []
-    if services.direct is not None and settings.direct_window_ms:
-        now_ms = clock()
-        direct = [r for r in delays if is_direct(r, now_ms, settings)]
-        delays = [r for r in delays if not is_direct(r, now_ms, settings)]
+    # Reschedules after this batch's messages are kept: one may move a message of the same
+    # batch. Copies are not counted against tenant limits again.
+    direct, delays = _split_direct(delays, settings, services, clock)
     _keep(delays, result, settings=settings, services=services, clock=clock, deadline=deadline)
+    if reschedules:
+        moved = reschedule(
+            reschedules, store=services.store, settings=settings, clock=clock, deadline=deadline
+        )
+        result.rescheduled = len(moved.copies)
+        rejections.extend(_rejections_of(event, moved.refused))
+        direct_copies, copies = _split_direct(moved.copies, settings, services, clock)
+        direct.extend(direct_copies)
+        _keep(copies, result, settings=settings, services=services, clock=clock, deadline=deadline)
     if direct and services.direct is not None:
         done = deliver_direct(
             direct,
@@ -165,14 +185,31 @@ def ingest_batch(
     return result
 
 
+def _split_direct(
+    requests: list[DelayRequest], settings: Settings, services: IngestServices, clock: Clock
+) -> tuple[list[DelayRequest], list[DelayRequest]]:
+    """``(due within the direct window, the others)``; nothing is direct without the path."""
+    if services.direct is None or not settings.direct_window_ms:
+        return [], requests
+    now_ms = clock()
+    direct = [r for r in requests if is_direct(r, now_ms, settings)]
+    return direct, [r for r in requests if not is_direct(r, now_ms, settings)]
+
+
 def _refused(event: Any, refused: Sequence[tuple[DelayRequest, str]]) -> list[Rejection]:
     """Rejections (``quota-exceeded``) of the records the tenant limits refused, each with
     why (the tenant and its limit)."""
-    details = {r.src: detail for r, detail in refused}
+    return _rejections_of(
+        event, {r.src: RejectedRecord(Reason.QUOTA_EXCEEDED, detail) for r, detail in refused}
+    )
+
+
+def _rejections_of(event: Any, verdicts: Mapping[str, RejectedRecord]) -> list[Rejection]:
+    """Rejections of the records at these coordinates, each with its original bytes."""
     return [
-        rejection_of(record, RejectedRecord(Reason.QUOTA_EXCEEDED, details[where]))
+        rejection_of(record, verdicts[where])
         for record in iter_event_records(event)
-        if (where := _coordinates(record)) in details
+        if (where := _coordinates(record)) in verdicts
     ]
 
 

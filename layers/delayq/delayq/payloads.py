@@ -39,8 +39,12 @@ def parse_ref(ref: str) -> tuple[str, str]:
 
 def payload_key(request: DelayRequest) -> str:
     """One object per (id, due): a re-sent id with another due time does not overwrite."""
-    digest = hashlib.sha256(request.delay_id.encode()).hexdigest()[:32]
-    return f"{PAYLOAD_PREFIX}{digest}/{request.due_ms}"
+    return f"{_id_prefix(request.delay_id)}{request.due_ms}"
+
+
+def _id_prefix(delay_id: str) -> str:
+    digest = hashlib.sha256(delay_id.encode()).hexdigest()[:32]
+    return f"{PAYLOAD_PREFIX}{digest}/"
 
 
 class PayloadStore:
@@ -98,21 +102,28 @@ class PayloadStore:
 
     def owns(self, request: DelayRequest) -> bool:
         """True when the request's pointer is the one it must have: its own key in this
-        bucket. A body forged onto the delay queue must not read or delete other objects."""
+        bucket (for a rescheduled copy: a key of its id). A body forged onto the delay queue
+        must not read or delete other objects."""
         if not request.payload_ref:
             return False
         try:
             bucket, key = parse_ref(request.payload_ref)
         except PayloadStoreError:
             return False
-        return bucket == self.bucket and key == payload_key(request)
+        if bucket != self.bucket:
+            return False
+        if not request.moved_src:
+            return key == payload_key(request)
+        # A rescheduled copy points at the object written for its original due time.
+        prefix = _id_prefix(request.delay_id)
+        return key.startswith(prefix) and key[len(prefix) :].isdigit()
 
     def _own_key(self, request: DelayRequest) -> str:
         if not self.owns(request):
             raise PayloadStoreError(
                 f"payload_ref {request.payload_ref!r} is not this message's payload"
             )
-        return payload_key(request)
+        return parse_ref(request.payload_ref or "")[1]
 
     def put_rejected(self, rejection: Rejection, original: bytes, deadline: Deadline) -> str:
         """Keep an oversize rejected record whole; returns its ``s3://`` reference."""

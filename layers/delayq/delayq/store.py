@@ -9,7 +9,7 @@ import base64
 import uuid
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
@@ -18,7 +18,13 @@ from botocore.exceptions import ClientError
 
 from delayq import buckets
 from delayq import constants as c
-from delayq.contract import CancelRequest, DelayRequest, headers_from_json, headers_json
+from delayq.contract import (
+    CancelRequest,
+    DelayRequest,
+    RescheduleRequest,
+    headers_from_json,
+    headers_json,
+)
 from delayq.exceptions import StoreError, WatermarkConflictError
 from delayq.retry import AWS_ERRORS, Backoff, Deadline, is_retryable, retry_call, retry_partial
 
@@ -90,10 +96,8 @@ def message_item(request: DelayRequest, shards: int, ttl_grace_seconds: int) -> 
     read it.
     """
     # A message a release cap deferred waits in the bucket of its release time.
-    second = buckets.due_second(request.release_at_ms)
     item: Item = {
-        c.ATTR_PK: {"S": buckets.bucket_key(second, buckets.shard_of(request.delay_id, shards))},
-        c.ATTR_SK: {"S": request.delay_id},
+        **message_key(request.delay_id, request.release_at_ms, shards),
         "kind": {"S": c.KIND_MESSAGE},
         "due_ms": {"N": str(request.due_ms)},
         "target": {"S": request.target},
@@ -108,6 +112,9 @@ def message_item(request: DelayRequest, shards: int, ttl_grace_seconds: int) -> 
         item[c.ATTR_RELEASE_MS] = {"N": str(request.release_ms)}
     if request.ts_ms:
         item[c.ATTR_TS] = {"N": str(request.ts_ms)}
+    if request.moved_src:
+        item[c.ATTR_MOVED_BY_TS] = {"N": str(request.moved_ts_ms)}
+        item[c.ATTR_MOVED_BY_SRC] = {"S": request.moved_src}
     if request.offloaded_bytes:
         item[c.ATTR_OFFLOADED_BYTES] = {"N": str(request.offloaded_bytes)}
     if request.headers:
@@ -121,6 +128,15 @@ def message_item(request: DelayRequest, shards: int, ttl_grace_seconds: int) -> 
     if request.payload_ref:
         item["payload_ref"] = {"S": request.payload_ref}
     return item
+
+
+def message_key(delay_id: str, at_ms: int, shards: int) -> Item:
+    """The key of the message ``delay_id`` stored for ``at_ms`` (its release time)."""
+    second = buckets.due_second(at_ms)
+    return {
+        c.ATTR_PK: {"S": buckets.bucket_key(second, buckets.shard_of(delay_id, shards))},
+        c.ATTR_SK: {"S": delay_id},
+    }
 
 
 def request_from_item(item: Item) -> DelayRequest:
@@ -143,6 +159,8 @@ def request_from_item(item: Item) -> DelayRequest:
         tenant=item.get(c.ATTR_TENANT, {}).get("S", ""),
         priority=item.get(c.ATTR_PRIORITY, {}).get("S", c.PRIORITY_NORMAL),
         release_ms=int(item[c.ATTR_RELEASE_MS]["N"]) if c.ATTR_RELEASE_MS in item else 0,
+        moved_ts_ms=int(item[c.ATTR_MOVED_BY_TS]["N"]) if c.ATTR_MOVED_BY_TS in item else 0,
+        moved_src=item.get(c.ATTR_MOVED_BY_SRC, {}).get("S", ""),
     )
 
 
@@ -208,12 +226,85 @@ def cancel_covers(cancel_ts: int, cancel_src: str, request: DelayRequest) -> boo
     message's record was written before the cancel's. Timestamps decide; on the same
     millisecond, offsets on the same partition decide, and across partitions the cancel wins.
     A message of unknown time (``ts_ms`` 0: queued before times travelled) is covered."""
-    if request.ts_ms != cancel_ts:
-        return request.ts_ms < cancel_ts
-    mine, theirs = _position(request.src), _position(cancel_src)
+    return _written_before(request.ts_ms, request.src, cancel_ts, cancel_src)
+
+
+def _written_before(ts: int, src: str, control_ts: int, control_src: str) -> bool:
+    """Whether the record ``(ts, src)`` was written before the control record: the order
+    :func:`cancel_covers` states."""
+    if ts != control_ts:
+        return ts < control_ts
+    mine, theirs = _position(src), _position(control_src)
     if mine is None or theirs is None or mine[0] != theirs[0]:
         return True
     return mine[1] < theirs[1]
+
+
+@dataclass(frozen=True)
+class Marker:
+    """The control item of one id: its latest cancel and its latest reschedule, each as its
+    record's ``(timestamp, coordinates)`` (None: none recorded), and where that reschedule
+    moved the message to (``moved_due_ms``, for operators).
+
+    A message is dropped when either applies to it (:meth:`applies`):
+
+    - the cancel, when the message's record was written before it (:func:`cancel_covers`);
+      a copy made by a reschedule keeps its original's record time, so a cancel of the
+      original cancels the copy, whichever of the two ingest processes first;
+    - the reschedule, when the message (or the reschedule that made this copy of it) was
+      written before it: every earlier version is superseded; the copy this reschedule
+      made is not, nor is a later message that reuses the id.
+    """
+
+    cancel: tuple[int, str] | None = None
+    moved: tuple[int, str] | None = None
+    moved_due_ms: int | None = None
+
+    def applies(self, request: DelayRequest) -> bool:
+        """Whether ``request`` must not be delivered."""
+        if self.cancel is not None and cancel_covers(*self.cancel, request):
+            return True
+        if self.moved is None:
+            return False
+        version = (
+            (request.moved_ts_ms, request.moved_src)
+            if request.moved_src
+            else (request.ts_ms, request.src)
+        )
+        return _written_before(*version, *self.moved)
+
+    def rescheduled_by(self, reschedule: RescheduleRequest) -> bool:
+        """Whether ``reschedule`` is the one recorded here."""
+        return self.moved == (reschedule.ts_ms, reschedule.src)
+
+    def superseded(self, reschedule: RescheduleRequest) -> bool:
+        """Whether a reschedule written after ``reschedule`` is recorded here."""
+        return self.moved is not None and _written_before(
+            reschedule.ts_ms, reschedule.src, *self.moved
+        )
+
+
+def _raise_first(futures: Sequence[Future[Any]]) -> None:
+    """Wait for every future; raise the first error, if any, once all are done."""
+    errors = [f.exception() for f in futures]
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise first
+
+
+def _marker_of(item: Item) -> Marker:
+    def pair(ts_name: str, src_name: str) -> tuple[int, str] | None:
+        if ts_name not in item:
+            return None
+        return int(item[ts_name]["N"]), item.get(src_name, {}).get("S", "")
+
+    cancel = pair(c.ATTR_CANCEL_TS, c.ATTR_CANCEL_SRC)
+    moved = pair(c.ATTR_RESCHEDULE_TS, c.ATTR_RESCHEDULE_SRC)
+    if cancel is None and moved is None:
+        # A marker written before cancels carried times cancels every message.
+        cancel = (2**62, "")
+    due = item.get(c.ATTR_RESCHEDULE_DUE_MS, {}).get("N")
+    return Marker(cancel, moved, None if due is None else int(due))
 
 
 def _chunks(items: Sequence[T], size: int) -> Iterable[list[T]]:
@@ -270,49 +361,106 @@ class MessageStore:
             kept = latest.get(cancel.delay_id)
             if kept is None or cancel.ts_ms >= kept.ts_ms:
                 latest[cancel.delay_id] = cancel
-        expires = now_ms // 1000 + self._max_delay + self._ttl_grace + c.SQS_MAX_RETENTION_SECONDS
+        expires = self._marker_expires(now_ms)
         futures = [
             self._pool.submit(self._put_cancel, cancel, now_ms, expires, deadline)
             for cancel in latest.values()
         ]
-        errors = [f.exception() for f in futures]
-        first = next((e for e in errors if e is not None), None)
-        if first is not None:
-            raise first
+        _raise_first(futures)
+
+    def _marker_expires(self, now_ms: int) -> int:
+        # Longer than any message it can apply to lives: the longest delay, the TTL grace, and
+        # the longest a message may then wait in a dead-letter queue before a redrive.
+        return now_ms // 1000 + self._max_delay + self._ttl_grace + c.SQS_MAX_RETENTION_SECONDS
+
+    def put_reschedules(
+        self,
+        reschedules: Sequence[tuple[RescheduleRequest, Deadline]],
+        now_ms: int,
+    ) -> list[bool]:
+        """Record reschedules in the marker items of their ids (one conditional UpdateItem
+        each, in parallel, each within its own deadline). For each: True when it is recorded,
+        False when a reschedule of its id written after it is recorded already (that one
+        wins, whatever order they are processed in)."""
+        expires = self._marker_expires(now_ms)
+        futures = [
+            self._pool.submit(self._put_reschedule, r, now_ms, expires, d) for r, d in reschedules
+        ]
+        _raise_first(futures)
+        return [f.result() for f in futures]
+
+    def _put_reschedule(
+        self, reschedule: RescheduleRequest, now_ms: int, expires: int, deadline: Deadline
+    ) -> bool:
+        if deadline.expired():
+            # Its cutoff passed before the write could start: an emitter may read the old
+            # version's marker already (delayq.reschedule).
+            raise StoreError(f"reschedule {reschedule.src} not recorded before its cutoff")
+        return self._put_marker(
+            "store reschedule marker",
+            reschedule.delay_id,
+            {
+                c.ATTR_RESCHEDULE_TS: {"N": str(reschedule.ts_ms)},
+                c.ATTR_RESCHEDULE_SRC: {"S": reschedule.src},
+                c.ATTR_RESCHEDULE_DUE_MS: {"N": str(reschedule.due_ms)},
+                "rescheduled_ms": {"N": str(now_ms)},
+            },
+            expires,
+            deadline,
+        )
 
     def _put_cancel(
         self, cancel: CancelRequest, now_ms: int, expires: int, deadline: Deadline
     ) -> None:
+        # False: a later cancel of this id is already recorded; it covers all this one does.
+        self._put_marker(
+            "store cancel marker",
+            cancel.delay_id,
+            {
+                c.ATTR_CANCEL_TS: {"N": str(cancel.ts_ms)},
+                c.ATTR_CANCEL_SRC: {"S": cancel.src},
+                "cancelled_ms": {"N": str(now_ms)},
+            },
+            expires,
+            deadline,
+        )
+
+    def _put_marker(
+        self,
+        operation: str,
+        delay_id: str,
+        values: Mapping[str, Item],
+        expires: int,
+        deadline: Deadline,
+    ) -> bool:
+        """Set ``values`` (attribute -> typed value; the first is the record timestamp that
+        orders them) on the marker of ``delay_id``, unless it holds a later one already:
+        False then. One conditional UpdateItem."""
+        names = {f"#a{i}": name for i, name in enumerate(values)}
+        attribute_values: Item = {f":a{i}": v for i, v in enumerate(values.values())}
+        assignments = ", ".join(f"#a{i} = :a{i}" for i in range(len(values)))
         try:
             self._call(
-                "store cancel marker",
+                operation,
                 lambda: self._client.update_item(
                     TableName=self._table,
-                    Key=cancel_key(cancel.delay_id, self._shards),
-                    UpdateExpression=(
-                        "SET kind = :kind, #cts = :ts, #csrc = :src, cancelled_ms = :now,"
-                        " #ttl = :expires"
-                    ),
-                    ConditionExpression="attribute_not_exists(#cts) OR #cts <= :ts",
-                    ExpressionAttributeNames={
-                        "#cts": c.ATTR_CANCEL_TS,
-                        "#csrc": c.ATTR_CANCEL_SRC,
-                        "#ttl": c.ATTR_TTL,
-                    },
+                    Key=cancel_key(delay_id, self._shards),
+                    UpdateExpression=f"SET kind = :kind, #ttl = :expires, {assignments}",
+                    ConditionExpression="attribute_not_exists(#a0) OR #a0 <= :a0",
+                    ExpressionAttributeNames={**names, "#ttl": c.ATTR_TTL},
                     ExpressionAttributeValues={
+                        **attribute_values,
                         ":kind": {"S": c.KIND_CANCEL},
-                        ":ts": {"N": str(cancel.ts_ms)},
-                        ":src": {"S": cancel.src},
-                        ":now": {"N": str(now_ms)},
                         ":expires": {"N": str(expires)},
                     },
                 ),
                 deadline,
             )
         except StoreError as e:
-            # A later cancel of this id is already recorded: it covers everything this one does.
             if not _condition_failed(e):
                 raise
+            return False
+        return True
 
     def add_to_counter(self, pk: str, amount: int, expires_s: int, deadline: Deadline) -> int:
         """Add ``amount`` to the counter item ``pk`` (created at 0); returns the new value.
@@ -400,51 +548,85 @@ class MessageStore:
             last[c.ATTR_SK]["S"] if last else None,
         )
 
-    def cancels(self, delay_ids: Iterable[str], deadline: Deadline) -> dict[str, tuple[int, str]]:
-        """The latest cancel of each id that has one: ``id -> (timestamp, coordinates)``.
+    def markers(self, delay_ids: Iterable[str], deadline: Deadline) -> dict[str, Marker]:
+        """The control item of each id that has one (its latest cancel and reschedule).
 
-        Strongly consistent BatchGetItem, 100 keys a call: a cancel whose write completed
-        before this read is seen (the cancel guarantee rests on it).
+        Strongly consistent: a cancel or reschedule whose write completed before this read is
+        seen (the cancel and reschedule guarantees rest on it).
         """
-        wanted = sorted(set(delay_ids))
-        found: dict[str, tuple[int, str]] = {}
-        for chunk in _chunks(wanted, c.DYNAMODB_BATCH_GET_KEYS):
-            keys = [cancel_key(i, self._shards) for i in chunk]
+        keys = [cancel_key(i, self._shards) for i in sorted(set(delay_ids))]
+        names = {
+            "#cts": c.ATTR_CANCEL_TS,
+            "#csrc": c.ATTR_CANCEL_SRC,
+            "#mts": c.ATTR_RESCHEDULE_TS,
+            "#msrc": c.ATTR_RESCHEDULE_SRC,
+            "#mdue": c.ATTR_RESCHEDULE_DUE_MS,
+        }
+        items = self._batch_get(
+            "read cancel markers", keys, deadline, projection=("sk", *names), names=names
+        )
+        return {item[c.ATTR_SK]["S"]: _marker_of(item) for item in items}
+
+    def cancelled(self, requests: Sequence[DelayRequest], deadline: Deadline) -> list[bool]:
+        """For each request, whether a cancel or a reschedule applies to it
+        (:meth:`Marker.applies`): two messages with one id may differ, when the id was
+        cancelled or rescheduled between them."""
+        markers = self.markers([r.delay_id for r in requests], deadline)
+        return [r.delay_id in markers and markers[r.delay_id].applies(r) for r in requests]
+
+    def messages_at(
+        self, wanted: Sequence[tuple[str, int]], deadline: Deadline
+    ) -> dict[tuple[str, int], DelayRequest]:
+        """The stored messages ``(id, release time)`` that exist, strongly consistent (what a
+        reschedule moves; a message that was never stored, because it was due within the
+        horizon when ingested, is not found)."""
+
+        def pair(key: Item) -> tuple[str, str]:
+            return key[c.ATTR_PK]["S"], key[c.ATTR_SK]["S"]
+
+        keys = {w: message_key(w[0], w[1], self._shards) for w in wanted}
+        unique = {pair(k): k for k in keys.values()}
+        items = self._batch_get("read messages to reschedule", list(unique.values()), deadline)
+        found = {
+            pair(i): request_from_item(i)
+            for i in items
+            if i.get("kind", {}).get("S") == c.KIND_MESSAGE
+        }
+        return {w: found[pair(k)] for w, k in keys.items() if pair(k) in found}
+
+    def _batch_get(
+        self,
+        operation: str,
+        keys: Sequence[Item],
+        deadline: Deadline,
+        *,
+        projection: Sequence[str] = (),
+        names: Mapping[str, str] | None = None,
+    ) -> list[Item]:
+        """Strongly consistent BatchGetItem of ``keys``, 100 a call, unprocessed keys retried."""
+        found: list[Item] = []
+        request: dict[str, Any] = {"ConsistentRead": True}
+        if projection:
+            request["ProjectionExpression"] = ", ".join(projection)
+        if names:
+            request["ExpressionAttributeNames"] = dict(names)
+        for chunk in _chunks(keys, c.DYNAMODB_BATCH_GET_KEYS):
 
             def get(pending: list[Item]) -> list[Item]:
                 response = self._call(
-                    "read cancel markers",
+                    operation,
                     lambda: self._client.batch_get_item(
-                        RequestItems={
-                            self._table: {
-                                "Keys": pending,
-                                "ConsistentRead": True,
-                                "ProjectionExpression": "sk, #cts, #csrc",
-                                "ExpressionAttributeNames": {
-                                    "#cts": c.ATTR_CANCEL_TS,
-                                    "#csrc": c.ATTR_CANCEL_SRC,
-                                },
-                            }
-                        }
+                        RequestItems={self._table: {"Keys": pending, **request}}
                     ),
                     deadline,
                 )
-                for item in response["Responses"].get(self._table, []):
-                    # A marker written before cancels carried times cancels every message.
-                    ts = int(item[c.ATTR_CANCEL_TS]["N"]) if c.ATTR_CANCEL_TS in item else 2**62
-                    found[item[c.ATTR_SK]["S"]] = (ts, item.get(c.ATTR_CANCEL_SRC, {}).get("S", ""))
+                found.extend(response["Responses"].get(self._table, []))
                 return list(
                     response.get("UnprocessedKeys", {}).get(self._table, {}).get("Keys", [])
                 )
 
-            retry_partial("read cancel markers", get, keys, self._backoff, deadline)
+            retry_partial(operation, get, chunk, self._backoff, deadline)
         return found
-
-    def cancelled(self, requests: Sequence[DelayRequest], deadline: Deadline) -> list[bool]:
-        """For each request, whether a cancel applies to it (:func:`cancel_covers`): two
-        messages with one id may differ, when the id was cancelled between them."""
-        markers = self.cancels([r.delay_id for r in requests], deadline)
-        return [r.delay_id in markers and cancel_covers(*markers[r.delay_id], r) for r in requests]
 
     # --- the watermark -------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ def report_ingest(metrics: Metrics, logger: Logger, result: IngestResult) -> dic
         "queued": result.queued,
         "stored": result.stored,
         "cancelled": result.cancelled,
+        "rescheduled": result.rescheduled,
         "offloaded": result.offloaded,
         "rescued": result.rescued,
         "rejected": len(result.rejected),
