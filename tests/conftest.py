@@ -31,6 +31,31 @@ def aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AWS_PROFILE", raising=False)
 
 
+@pytest.fixture(autouse=True)
+def no_call_iam_would_refuse(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """Every local stack a test runs checks each function's calls against its role in the
+    template (`delayq_local.iam`): a call AWS would refuse fails the test, even when the code
+    under test recovers from the AccessDenied."""
+    from delayq_local.stack import EmbeddedStack
+
+    refused: list[str] = []
+    stop = EmbeddedStack.stop
+
+    def stop_and_collect(stack: EmbeddedStack) -> None:
+        refused.extend(str(denial) for denial in stack.iam_denials())
+        stop(stack)
+
+    monkeypatch.setattr(EmbeddedStack, "stop", stop_and_collect)
+    yield
+    if request.node.get_closest_marker("iam_denials_expected"):
+        return
+    assert not refused, "calls AWS would refuse (a role in template.yaml lacks a grant):\n" + (
+        "\n".join(refused)
+    )
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()

@@ -5,6 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,35 +33,98 @@ DEFAULT_REGION: Final = "us-east-1"
 DEFAULT_ACCOUNT: Final = "123456789012"
 
 
-class MotoServer:
-    """moto in server mode on a free loopback port, in a background thread of this process
-    (with `moto_fixes` applied).
+# How long a child moto server may take to import moto and listen.
+MOTO_START_TIMEOUT_SECONDS: Final = 60.0
 
-    moto's backends are process-global: two servers in one process share their state, so callers
-    isolate by resource names (a stack name per test).
+
+class MotoServer:
+    """moto in server mode on a free loopback port, with `moto_fixes` applied.
+
+    By default in a child process (`python -m delayq_local.moto_child`): moto's request
+    handling then runs on its own interpreter, not under the global interpreter lock of the
+    handlers and event sources, which on a 2-core machine is where the local stack's
+    lateness came from. The child exits when this object stops it or when this process dies
+    (it watches its stdin). `in_process=True` serves from a background thread of this
+    process instead, for tests that look into moto's backends; moto's backends are
+    process-global, so two such servers share their state and callers isolate by resource
+    names (a stack name per test).
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        self._server = ThreadedMotoServer(ip_address=host, port=port, verbose=False)
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, in_process: bool = False) -> None:
+        self._host, self._port = host, port
+        self._thread = (
+            ThreadedMotoServer(ip_address=host, port=port, verbose=False) if in_process else None
+        )
+        self._child: subprocess.Popen[str] | None = None
         self._endpoint = ""
 
     def start(self) -> MotoServer:
         """Start serving; `endpoint_url` is valid when this returns."""
         if self._endpoint:
             return self
-        moto_fixes.apply()
-        # werkzeug logs one line per request at INFO.
-        logging.getLogger("werkzeug").setLevel(logging.WARNING)
-        self._server.start()
-        host, port = self._server.get_host_and_port()
+        if self._thread is None:
+            host, port = self._start_child()
+        else:
+            moto_fixes.apply()
+            quiet_werkzeug()
+            self._thread.start()
+            host, port = self._thread.get_host_and_port()
         self._endpoint = f"http://{host}:{port}"
         return self
 
     def stop(self) -> None:
-        """Stop serving (the backends' state stays in this process)."""
-        if self._endpoint:
-            self._server.stop()
-            self._endpoint = ""
+        """Stop serving (an in-process server's backends keep their state in this process;
+        a child's state ends with it)."""
+        if not self._endpoint:
+            return
+        self._endpoint = ""
+        if self._thread is not None:
+            self._thread.stop()
+        elif self._child is not None:
+            child, self._child = self._child, None
+            if child.stdin is not None:
+                child.stdin.close()  # the child's signal to stop
+            try:
+                child.wait(10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+            if child.stdout is not None:
+                child.stdout.close()
+
+    def _start_child(self) -> tuple[str, int]:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        with tempfile.TemporaryFile("w+") as errors:
+            child = subprocess.Popen(  # noqa: S603 -- our own module, on this interpreter
+                [sys.executable, "-m", "delayq_local.moto_child", self._host, str(self._port)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=errors,
+                text=True,
+                env=env,
+            )
+            ready: list[str] = []
+            reader = threading.Thread(
+                target=lambda: ready.append(child.stdout.readline() if child.stdout else ""),
+                daemon=True,
+            )
+            reader.start()
+            reader.join(MOTO_START_TIMEOUT_SECONDS)
+            line = ready[0].split() if ready else []
+            if len(line) != 2:  # "host port"
+                child.kill()
+                child.wait()
+                errors.seek(0)
+                raise LocalStackError(
+                    f"the moto server process did not start: {errors.read()[-2000:].strip()}"
+                )
+        self._child = child
+        return line[0], int(line[1])
+
+    @property
+    def pid(self) -> int | None:
+        """The child process serving (None when serving in this process, or stopped)."""
+        return self._child.pid if self._child is not None else None
 
     @property
     def endpoint_url(self) -> str:
@@ -69,6 +135,10 @@ class MotoServer:
 
     def __enter__(self) -> MotoServer:
         return self.start()
+
+    def __del__(self) -> None:
+        if self._child is not None and self._child.poll() is None:
+            self._child.kill()
 
     def __exit__(
         self,
@@ -108,6 +178,11 @@ class AwsEndpoint:
             kwargs["aws_secret_access_key"] = FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"]
             kwargs["aws_session_token"] = FAKE_CREDENTIALS["AWS_SESSION_TOKEN"]
         return kwargs
+
+
+def quiet_werkzeug() -> None:
+    """werkzeug logs one line per request at INFO."""
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
 
 _clients: dict[tuple[AwsEndpoint, str], Any] = {}

@@ -81,51 +81,7 @@ def _parser(clock: Clock, sleep: Sleep) -> argparse.ArgumentParser:
     _stack_options(local, log_level="WARNING")
     local.set_defaults(command=_local)
 
-    demo = commands.add_parser("demo", help="run a mixed workload end to end and report")
-    _stack_options(demo, log_level="ERROR")
-    demo.add_argument(
-        "--messages",
-        type=int,
-        default=DemoOptions.messages,
-        help="records to send (default: %(default)s)",
-    )
-    demo.add_argument(
-        "--max-delay",
-        type=float,
-        default=DemoOptions.max_delay_seconds,
-        help="longest delay in seconds (default: %(default)s)",
-    )
-    demo.add_argument("--seed", type=int, default=DemoOptions.seed)
-    demo.add_argument(
-        "--results",
-        type=Path,
-        default=DemoOptions.results,
-        help="where demo.json and lateness.png go (default: %(default)s)",
-    )
-    demo.add_argument(
-        "--kafka-outage",
-        metavar="AT:SECONDS",
-        type=_outage,
-        help="take the mock brokers down AT seconds in, for SECONDS",
-    )
-    demo.set_defaults(command=_demo)
-
-    report = commands.add_parser(
-        "report",
-        help="run a small workload, export the table and run the Spark reports on it",
-    )
-    _stack_options(report, log_level="ERROR")
-    report.add_argument("--messages", type=int, default=300, help="default: %(default)s")
-    report.add_argument("--max-delay", type=float, default=60.0, help="default: %(default)s")
-    report.add_argument("--seed", type=int, default=DemoOptions.seed)
-    report.add_argument("--results", type=Path, default=Path("results"))
-    report.add_argument(
-        "--reports",
-        type=Path,
-        default=Path("results/reports"),
-        help="where the reports go (default: %(default)s)",
-    )
-    report.set_defaults(command=_report)
+    _workload_commands(commands)
 
     send = commands.add_parser("send", help="produce one delay request")
     _client_options(send)
@@ -207,6 +163,63 @@ def _parser(clock: Clock, sleep: Sleep) -> argparse.ArgumentParser:
     where.add_argument("--region", help="the stack's region (default: boto3's, e.g. AWS_REGION)")
     again.set_defaults(command=functools.partial(_redrive, clock=clock, sleep=sleep))
     return parser
+
+
+def _workload_commands(commands: Any) -> None:
+    """`delayq demo` and `delayq report`: a workload on the embedded stack."""
+    demo = commands.add_parser("demo", help="run a mixed workload end to end and report")
+    _stack_options(demo, log_level="ERROR")
+    demo.add_argument(
+        "--messages",
+        type=int,
+        default=DemoOptions.messages,
+        help="records to send (default: %(default)s)",
+    )
+    demo.add_argument(
+        "--max-delay",
+        type=float,
+        default=DemoOptions.max_delay_seconds,
+        help="longest delay in seconds (default: %(default)s)",
+    )
+    demo.add_argument(
+        "--send-seconds",
+        type=float,
+        default=DemoOptions.send_seconds,
+        help="write the records at a steady rate over this many seconds, the burst at once "
+        "in the middle; 0 writes everything at once (default: %(default)s)",
+    )
+    demo.add_argument("--seed", type=int, default=DemoOptions.seed)
+    demo.add_argument(
+        "--results",
+        type=Path,
+        default=DemoOptions.results,
+        help="where demo.json and lateness.png go (default: %(default)s)",
+    )
+    demo.add_argument(
+        "--kafka-outage",
+        metavar="AT:SECONDS",
+        type=_outage,
+        help="take the mock brokers down AT seconds in, for SECONDS",
+    )
+    demo.set_defaults(command=_demo)
+
+    report = commands.add_parser(
+        "report",
+        help="run a small workload, export the table and run the Spark reports on it",
+    )
+    _stack_options(report, log_level="ERROR")
+    report.add_argument("--messages", type=int, default=300, help="default: %(default)s")
+    report.add_argument("--max-delay", type=float, default=60.0, help="default: %(default)s")
+    report.add_argument("--send-seconds", type=float, default=10.0, help="default: %(default)s")
+    report.add_argument("--seed", type=int, default=DemoOptions.seed)
+    report.add_argument("--results", type=Path, default=Path("results"))
+    report.add_argument(
+        "--reports",
+        type=Path,
+        default=Path("results/reports"),
+        help="where the reports go (default: %(default)s)",
+    )
+    report.set_defaults(command=_report)
 
 
 def _stack_options(parser: argparse.ArgumentParser, log_level: str) -> None:
@@ -394,6 +407,7 @@ def _workload(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "messages": args.messages,
         "max_delay_seconds": args.max_delay,
+        "send_seconds": args.send_seconds,
         "seed": args.seed,
         "results": args.results,
     }

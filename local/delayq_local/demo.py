@@ -17,17 +17,19 @@ from delayq_local.producer import DelayProducer
 from delayq_local.report import DemoReport
 from delayq_local.reports import export_and_report
 from delayq_local.stack import EmbeddedStack, StackConfig
-from delayq_local.workload import DEFAULT_TARGETS, Workload
+from delayq_local.workload import DEFAULT_TARGETS, Sender, Workload
 
 
 @dataclass(frozen=True)
 class DemoOptions:
-    """The workload's size and shape, and how long to wait for it. `kafka_outage`:
-    `(at, seconds)` after the workload is sent, every broker is down (added to the stack's
+    """The workload's size and shape, and how long to wait for it. `send_seconds`: the
+    window the records are written over at a steady rate (0: all at once). `kafka_outage`:
+    `(at, seconds)` after the workload starts, every broker is down (added to the stack's
     fault plan, whose timed faults count from the same moment)."""
 
     messages: int = 3000
     max_delay_seconds: float = 120.0
+    send_seconds: float = 60.0
     seed: int = 7
     results: Path = Path("results")
     settle_seconds: float = 5.0
@@ -112,21 +114,27 @@ def _run(config: StackConfig, options: DemoOptions, out: TextIO) -> DemoReport:
                 max_delay_seconds=options.max_delay_seconds,
                 seed=options.seed,
                 targets=topics,
+                send_seconds=options.send_seconds,
+                cancel_after_seconds=options.cancel_after_seconds,
             )
             with DelayProducer(stack.kafka_bootstrap, topic=stack.delay_topic) as producer:
-                workload.send(producer)
                 out.write(
-                    f"sent {len(workload.messages)} requests and {len(workload.invalid)} invalid "
-                    f"records to {stack.delay_topic}; waiting for the last due time\n"
+                    f"sending {len(workload.messages)} requests, {len(workload.cancelled)} cancels "
+                    f"and {len(workload.invalid)} invalid records to {stack.delay_topic} over "
+                    f"{workload.last_send_ms / 1000:.0f} s; waiting for the last due time\n"
                 )
-                rejections = _wait(
-                    stack,
-                    workload=workload,
-                    producer=producer,
-                    observer=observer,
-                    options=options,
-                    out=out,
-                )
+                sender = Sender(workload, producer).start()
+                try:
+                    rejections = _wait(
+                        stack,
+                        workload=workload,
+                        sender=sender,
+                        observer=observer,
+                        options=options,
+                        out=out,
+                    )
+                finally:
+                    sender.join()
         finally:
             observer.stop()
         reports = export_and_report(stack, options.reports, out) if options.reports else None
@@ -141,8 +149,9 @@ def _run(config: StackConfig, options: DemoOptions, out: TextIO) -> DemoReport:
             "faults": stack.faults.counts() if stack.faults else None,
             "reports": reports.index if reports else None,
         }
+        iam = ([str(d) for d in stack.iam_denials()], stack.iam.checked if stack.iam else 0)
     deliveries = observer.deliveries()
-    report = DemoReport.build(workload, deliveries, rejections, extra)
+    report = DemoReport.build(workload, deliveries, rejections, extra, iam)
     report.write(options.results, deliveries)
     return report
 
@@ -151,7 +160,7 @@ def _wait(
     stack: EmbeddedStack,
     *,
     workload: Workload,
-    producer: DelayProducer,
+    sender: Sender,
     observer: DeliveryObserver,
     options: DemoOptions,
     out: TextIO,
@@ -160,17 +169,13 @@ def _wait(
     reject_queue = stack.resource("RejectQueue").ref
     expected = workload.expected
     progress = Progress(out, len(expected))
-    begin = time.time()
-    cancels_sent = False
+    begin = workload.start_ms / 1000
     settle_at = workload.last_due_ms / 1000 + options.settle_seconds
     give_up_at = settle_at + options.timeout_seconds
     rejections: list[Rejection] = []
     try:
         while True:
             now = time.time()
-            if not cancels_sent and now - begin >= options.cancel_after_seconds:
-                workload.send_cancels(producer)
-                cancels_sent = True
             if stack.faults is not None:
                 stack.faults.step(stack, now - begin)
             rejections.extend(drain_rejections(sqs, reject_queue))
@@ -178,7 +183,10 @@ def _wait(
             delivered = sum(1 for i in expected if i in seen)
             progress.update(delivered, len(rejections), now - begin, settle_at - now)
             complete = delivered == len(expected) and len(rejections) >= len(workload.invalid)
-            if (complete and now >= settle_at and cancels_sent) or now >= give_up_at:
+            sent = sender.done.is_set()
+            if sender.error is not None:
+                return rejections
+            if (complete and now >= settle_at and sent) or now >= give_up_at:
                 return rejections
             time.sleep(0.5)
     finally:

@@ -51,7 +51,7 @@ from delayq.settings import Settings
 from delayq_local.exceptions import LocalStackError
 from delayq_local.kafka_mock import ApiKey, MockKafkaCluster
 from delayq_local.provision import ProvisionedResource
-from delayq_local.runtime import RuntimeCrash, acting_as, current_function
+from delayq_local.runtime import RuntimeCrash, attribute_clients, current_function
 from delayq_local.sources import EventSource, ScheduleEventSource
 
 log = logging.getLogger(__name__)
@@ -74,30 +74,6 @@ class Stack(Protocol):
 
     def resource(self, logical_id: str) -> ProvisionedResource:
         """A provisioned resource by logical id."""
-
-
-# Who makes a call --------------------------------------------------------------------------
-
-
-class _OwnedClient:
-    """Base class added to the handlers' client classes: each call is attributed to the function
-    whose invocation created the client, whichever thread makes it (the layer sends batches from
-    thread pools)."""
-
-    delayq_function: str = ""
-
-    def _make_api_call(self, operation_name: str, api_params: Mapping[str, Any]) -> Any:
-        with acting_as(self.delayq_function):
-            return super()._make_api_call(operation_name, api_params)  # type: ignore[misc]
-
-
-def _stamp_client_class(
-    class_attributes: dict[str, Any], base_classes: list[type], **_: Any
-) -> None:
-    function = current_function()
-    if function:
-        class_attributes["delayq_function"] = function
-        base_classes.insert(0, _OwnedClient)
 
 
 # Which calls -------------------------------------------------------------------------------
@@ -503,7 +479,6 @@ class ActiveFaults:
         )
         self._events: Any = None
         self._handlers: list[tuple[str, Callable[..., Any]]] = [
-            ("creating-client-class", _stamp_client_class),
             ("before-parameter-build", self._decide),
             ("before-call", self._before_call),
             ("after-call", self._after_call),
@@ -518,6 +493,7 @@ class ActiveFaults:
                 boto3.setup_default_session()
             assert boto3.DEFAULT_SESSION is not None
             self._events = boto3.DEFAULT_SESSION.events
+            attribute_clients(self._events)
             for event, handler in self._handlers:
                 self._events.register(event, handler)
         return self

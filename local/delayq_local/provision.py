@@ -27,6 +27,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from delayq_local.aws import AwsEndpoint
 from delayq_local.exceptions import ProvisionError, TemplateError
+from delayq_local.iam import role_documents
 from delayq_local.intrinsics import Resolver
 from delayq_local.specs import (
     EventSpec,
@@ -193,7 +194,12 @@ def provision(
 
     skipped = {k: rules[k][1] for k in included if rules[k][0] == "skip"}
     running = {k: r for k, r in included.items() if rules[k][0] == "run"}
-    functions = _functions(expanded, running, resolver, lookup, skipped)
+    functions = {
+        logical_id: replace(
+            spec, role_policies=_role_policies(expanded, expanded.resources[logical_id], resolver)
+        )
+        for logical_id, spec in _functions(expanded, running, resolver, lookup, skipped).items()
+    }
     if skipped:
         log.info("not created locally: %s", ", ".join(sorted(skipped)))
     outputs = {
@@ -255,6 +261,13 @@ def _functions(
                 functions[target], events=(*functions[target].events, event)
             )
     return functions
+
+
+def _role_policies(
+    template: Template, function: Mapping[str, Any], resolver: Resolver
+) -> tuple[Mapping[str, Any], ...] | None:
+    documents = role_documents(template.resources, function, resolver.resolve)
+    return None if documents is None else tuple(documents)
 
 
 def _schedules(name: str, props: Mapping[str, Any]) -> list[tuple[str, ScheduleEventSpec]]:

@@ -13,7 +13,7 @@ from typing import Any, Final
 from delayq_local.observe import Delivery, Rejection
 from delayq_local.workload import Workload
 
-# Relative due times count from the broker timestamp, a little after the demo's start time.
+# Relative due times count from the broker timestamp, a little after the record's planned moment.
 DUE_TOLERANCE_MS: Final = 5000
 # Requests with a shorter delay spend longer than their delay in the pipeline (the Kafka event
 # source's batching window, a cold start): they cannot be on time, so `steady_lateness_ms`
@@ -80,11 +80,16 @@ class DemoReport:
     early_received: int = 0
     # Deliveries that were not their message's first attempt (`delay-attempt` above 1).
     retried: int = 0
+    # Calls the functions made that their roles in the template do not grant (AWS would
+    # refuse them), and how many calls were checked.
+    iam_denials: tuple[str, ...] = ()
+    iam_checked: int = 0
 
     @property
     def ok(self) -> bool:
-        """Nothing lost and nothing early (what `make demo` exits non-zero on)."""
-        return self.lost == 0 and self.early == 0
+        """Nothing lost, nothing early, no call AWS would refuse (what `make demo` exits
+        non-zero on)."""
+        return self.lost == 0 and self.early == 0 and not self.iam_denials
 
     @classmethod
     def build(
@@ -93,8 +98,10 @@ class DemoReport:
         deliveries: Sequence[Delivery],
         rejections: Sequence[Rejection],
         extra: Mapping[str, Any] | None = None,
+        iam: tuple[Sequence[str], int] = ((), 0),
     ) -> DemoReport:
-        """Compare the plan with what was observed."""
+        """Compare the plan with what was observed (`iam`: the refused calls, and how many
+        were checked)."""
         expected = workload.expected
         first: dict[str, Delivery] = {}
         for d in deliveries:
@@ -128,7 +135,7 @@ class DemoReport:
                 [
                     d.emitted_ms - d.due_ms
                     for d in delivered
-                    if expected[d.delay_id].due_ms - workload.start_ms >= STEADY_DELAY_MS
+                    if expected[d.delay_id].delay_ms >= STEADY_DELAY_MS
                 ]
             ),
             end_to_end_ms=Lateness.of([d.received_ms - d.due_ms for d in delivered]),
@@ -139,6 +146,8 @@ class DemoReport:
             extra=dict(extra or {}),
             early_received=sum(1 for d in deliveries if d.received_ms < d.due_ms),
             retried=sum(1 for d in deliveries if d.attempt > 1),
+            iam_denials=tuple(iam[0]),
+            iam_checked=iam[1],
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -174,6 +183,9 @@ class DemoReport:
             f"   max {self.steady_lateness_ms.max:.0f} ms",
             f"consumer   p50 {self.end_to_end_ms.p50:.0f} ms   p99 {self.end_to_end_ms.p99:.0f} ms"
             f"   max {self.end_to_end_ms.max:.0f} ms after due (seen by the target consumer)",
+            f"iam        {self.iam_checked} calls checked against the template's roles,"
+            f" {len(self.iam_denials)} refused",
+            *(f"           refused: {denial}" for denial in self.iam_denials[:10]),
         ]
 
 

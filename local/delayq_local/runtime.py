@@ -44,6 +44,52 @@ def acting_as(function: str) -> Iterator[None]:
         _caller.function = previous
 
 
+def current_poller() -> str:
+    """The logical id of the function whose event source this thread polls for ("" if none):
+    Lambda's pollers and destinations act with the function's execution role."""
+    return str(getattr(_caller, "poller", ""))
+
+
+@contextmanager
+def polling_for(function: str) -> Iterator[None]:
+    """Attribute this thread's calls outside invocations to `function`'s event source."""
+    previous = current_poller()
+    _caller.poller = function
+    try:
+        yield
+    finally:
+        _caller.poller = previous
+
+
+class _OwnedClient:
+    """Base class added to the handlers' client classes: each call is attributed to the function
+    whose invocation created the client, whichever thread makes it (the layer sends batches from
+    thread pools)."""
+
+    delayq_function: str = ""
+
+    def _make_api_call(self, operation_name: str, api_params: Any) -> Any:
+        with acting_as(self.delayq_function):
+            return super()._make_api_call(operation_name, api_params)  # type: ignore[misc]
+
+
+def _stamp_client_class(
+    class_attributes: dict[str, Any], base_classes: list[type], **_: Any
+) -> None:
+    function = current_function()
+    if function and _OwnedClient not in base_classes:
+        class_attributes["delayq_function"] = function
+        base_classes.insert(0, _OwnedClient)
+
+
+def attribute_clients(events: Any) -> None:
+    """Stamp each client made from this event emitter (a session's) during an invocation with
+    its function, so that its calls are attributed to it from any thread. Idempotent."""
+    events.register(
+        "creating-client-class", _stamp_client_class, unique_id="delayq-attribute-clients"
+    )
+
+
 class RuntimeCrash(BaseException):
     """Ends an invocation the way a dying process does (fault injection): a `BaseException`, so
     that no `except Exception` in the handler can swallow it. The runtime reports a function
@@ -127,7 +173,8 @@ class LocalFunction:
 
     def environment(self) -> ExecutionEnvironment:
         """A new execution environment (loads the handler: a cold start)."""
-        return ExecutionEnvironment(self, self.loader())
+        with acting_as(self.logical_id):  # its cold start runs with its role too
+            return ExecutionEnvironment(self, self.loader())
 
 
 @dataclass

@@ -105,6 +105,9 @@ class FunctionSpec:
     dead_letter_arn: str | None = None
     async_retry_attempts: int = ASYNC_DEFAULT_RETRY_ATTEMPTS
     async_on_failure_arn: str | None = None
+    # The policy documents of its execution role, resolved (None: the role is not one of the
+    # template's, so its calls are not checked; see `delayq_local.iam`).
+    role_policies: tuple[Mapping[str, Any], ...] | None = None
 
     def handler_location(self, root: Path) -> tuple[Path, str]:
         """The handler's source file (under `root`, the template's folder) and function name."""

@@ -24,6 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
 
+import boto3
 from confluent_kafka.admin import AdminClient
 
 from delayq import constants as c
@@ -31,9 +32,10 @@ from delayq.clock import handler_clock, set_handler_clock
 from delayq_local.aws import DEFAULT_REGION, AwsEndpoint, MotoServer, localstack_endpoint
 from delayq_local.exceptions import LocalStackError, ProvisionError
 from delayq_local.faults import ActiveFaults, FaultPlan
+from delayq_local.iam import Account, Denial, IamGuard, guard_of
 from delayq_local.kafka_mock import CONSUMER_TUNING, MockKafkaCluster
 from delayq_local.provision import DYNAMODB_TABLE, Deployment, ProvisionedResource, provision
-from delayq_local.runtime import Handler, LocalFunction, load_handler
+from delayq_local.runtime import Handler, LocalFunction, attribute_clients, load_handler
 from delayq_local.sources import (
     EventSource,
     FailureDestinations,
@@ -75,6 +77,8 @@ class TimeCompression:
     lookahead_seconds: int = 50
     tick_seconds: int = 5
     ttl_grace_seconds: int = 60
+    # One machine's clocks (the fault plans skew them by a few seconds, not minutes).
+    ttl_clock_margin_seconds: int = 5
 
     def environ(self) -> dict[str, str]:
         """The settings as handler environment variables."""
@@ -83,6 +87,7 @@ class TimeCompression:
             c.ENV_LOOKAHEAD_SECONDS: str(self.lookahead_seconds),
             c.ENV_TICK_SECONDS: str(self.tick_seconds),
             c.ENV_TTL_GRACE_SECONDS: str(self.ttl_grace_seconds),
+            c.ENV_TTL_CLOCK_MARGIN_SECONDS: str(self.ttl_clock_margin_seconds),
             # The compressed gap between horizon and look-ahead is the time ingest may take
             # to store a batch (in AWS the template sets it to the function's timeout).
             c.ENV_INGEST_TIMEOUT_SECONDS: str(self.horizon_seconds - self.lookahead_seconds),
@@ -109,6 +114,8 @@ class StackConfig:
     - `overrides`: resource properties set over the template's, by logical id (e.g. shorter
       queue visibility timeouts, so that a crashed batch comes back within a test).
     - `faults`: a `FaultPlan` installed before the handlers run (see `delayq_local.faults`).
+    - `enforce_iam`: check every call a function (or its event source) makes against its
+      role in the template, refuse it as AWS would, and record it (`iam_denials()`).
     - `short_poll`: functions whose queue is short-polled every `sqs_idle_sleep` seconds (the
       emitter: moto wakes a long poll late for a delayed message); the others long-poll for
       `sqs_wait_seconds`.
@@ -143,6 +150,7 @@ class StackConfig:
     async_retry_delays: tuple[float, ...] = (1.0, 2.0)
     overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     faults: FaultPlan | None = None
+    enforce_iam: bool = True
 
     @property
     def template_path(self) -> Path:
@@ -165,6 +173,7 @@ class EmbeddedStack:
         self._saved_environ: dict[str, str | None] = {}
         self._modules: list[str] = []
         self.faults: ActiveFaults | None = None
+        self.iam: IamGuard | None = None
 
     # Lifecycle ---------------------------------------------------------------------------
 
@@ -184,6 +193,8 @@ class EmbeddedStack:
             )
             self._create_topics()
             self._saved_environ = _apply_environ(self._stack_environ())
+            if self.config.enforce_iam:
+                self.iam = self._iam_guard()
             if self.config.faults is not None:
                 self.faults = self.config.faults.install()
             self._build_sources()
@@ -203,6 +214,8 @@ class EmbeddedStack:
         self._stop_sources()
         if self.faults is not None:
             self.faults.remove()
+        if self.iam is not None:
+            self.iam.remove()
         self._unload_handlers()
         _restore_environ(self._saved_environ)
         self._saved_environ = {}
@@ -282,7 +295,15 @@ class EmbeddedStack:
         """A boto3 client on the stack's AWS endpoint."""
         if self.endpoint is None:
             raise LocalStackError("the stack is not started")
-        return self.endpoint.client(service)
+        client = self.endpoint.client(service)
+        if self.iam is not None:
+            self.iam.install(client.meta.events)  # the event sources' calls are checked too
+        return client
+
+    def iam_denials(self) -> list[Denial]:
+        """The calls refused because a function's role does not grant them (empty when IAM is
+        not enforced)."""
+        return self.iam.denials if self.iam is not None else []
 
     def source(self, function_id: str, event: str | None = None) -> EventSource:
         """The event source wired to a function (its only one, or the named event)."""
@@ -314,6 +335,16 @@ class EmbeddedStack:
         self.endpoint = AwsEndpoint(
             url=url, region=config.region, fake_credentials=not external_credentials
         )
+
+    def _iam_guard(self) -> IamGuard:
+        """Check the functions' calls against their roles from now on: the clients the handlers
+        make (boto3's default session) and the event sources' (`client()`)."""
+        guard = iam_guard(self.deployment)
+        if boto3.DEFAULT_SESSION is None:
+            boto3.setup_default_session()
+        assert boto3.DEFAULT_SESSION is not None
+        attribute_clients(boto3.DEFAULT_SESSION.events)
+        return guard.install(boto3.DEFAULT_SESSION.events)
 
     def _start_kafka(self) -> None:
         if self.config.kafka_bootstrap:
@@ -554,6 +585,24 @@ class EmbeddedStack:
                 raise LocalStackError(
                     f"{source.name}: no partitions assigned within {KAFKA_ASSIGN_TIMEOUT_SECONDS}s"
                 )
+
+
+def iam_guard(deployment: Deployment) -> IamGuard:
+    """A guard over the deployed functions' roles (not installed)."""
+    partition_keys = {
+        table.ref: key["AttributeName"]
+        for table in deployment.of_type(DYNAMODB_TABLE)
+        for key in table.properties.get("KeySchema") or []
+        if key.get("KeyType") == "HASH"
+    }
+    return guard_of(
+        {
+            logical_id: spec.role_policies
+            for logical_id, spec in deployment.functions.items()
+            if spec.role_policies is not None
+        },
+        Account(deployment.region, deployment.account, partition_keys),
+    )
 
 
 def _apply_environ(values: Mapping[str, str]) -> dict[str, str | None]:

@@ -52,11 +52,11 @@ def test_a_message_due_now_is_produced_by_ingest_not_queued(p: Pipeline) -> None
 def test_a_message_due_within_the_window_is_held_to_its_due_never_earlier(p: Pipeline) -> None:
     ingest(
         p,
-        kafka_record(offset=1, target="reminders", ms="1500", id="later"),
-        kafka_record(offset=2, target="reminders", ms="700", id="sooner"),
+        kafka_record(offset=1, target="reminders", ms="750", id="later"),
+        kafka_record(offset=2, target="reminders", ms="300", id="sooner"),
     )
     assert produced_ids(p) == ["sooner", "later"]
-    assert p.producer.produced_at == [NOW_MS + 700, NOW_MS + 1500]
+    assert p.producer.produced_at == [NOW_MS + 300, NOW_MS + 750]
 
 
 def test_a_message_past_due_goes_at_once(p: Pipeline) -> None:

@@ -221,6 +221,21 @@ def test_seconds_passed_on_time_are_not_late(p: Pipeline) -> None:
     assert mark.scheduled(buckets.due_second(NOW_MS + 3600_000))
 
 
+def test_a_short_grace_with_its_clock_margin_passes_seconds_on_time(p: Pipeline) -> None:
+    # A grace of a minute (the local stack's) with the default 300 s margin would count every
+    # second as passed late, and the cleanup function would re-drive every TTL removal: a
+    # duplicate of every stored message. The margin is a setting kept below the grace.
+    short = dataclasses.replace(
+        p, settings=p.settings.with_overrides(ttl_grace_seconds=60, ttl_clock_margin_seconds=5)
+    )
+    store_due_in(short, 3600)
+    short.clock.now_ms = NOW_MS + 3600_000 + 30_000
+    assert short.schedule().late_seconds == 0
+    mark = short.store.read_watermark(short.deadline())
+    assert mark is not None
+    assert mark.scheduled(buckets.due_second(NOW_MS + 3600_000))
+
+
 def test_a_scheduler_that_fails_for_its_first_hour_still_sends_what_was_stored(
     p: Pipeline,
 ) -> None:

@@ -22,7 +22,8 @@ from tests.integration.support import FIXTURES, Runner
 
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[MotoServer]:
-    with MotoServer() as server:
+    # In this process: some tests look into moto's backends.
+    with MotoServer(in_process=True) as server:
         yield server
 
 

@@ -46,7 +46,15 @@ def config(stack_name: str) -> StackConfig:
 def test_every_request_arrives_on_time_and_bad_input_is_rejected(
     stack_name: str, tmp_path: Path
 ) -> None:
-    options = DemoOptions(messages=150, max_delay_seconds=40, results=tmp_path, timeout_seconds=60)
+    # Written over 10 s, as a producer writes: the burst at one moment, cancels after their
+    # requests.
+    options = DemoOptions(
+        messages=150,
+        max_delay_seconds=40,
+        send_seconds=10,
+        results=tmp_path,
+        timeout_seconds=60,
+    )
 
     report = run_demo(config(stack_name), options, out=io.StringIO())
 
@@ -62,12 +70,17 @@ def test_every_request_arrives_on_time_and_bad_input_is_rejected(
     assert report.lateness_ms.p99 < LATENESS_P99_BOUND_MS
     assert (tmp_path / "demo.json").is_file()
     assert (tmp_path / "lateness.png").stat().st_size > 0
+    # Every function's calls (and its event sources') were checked against its role.
+    assert report.iam_denials == ()
+    assert report.iam_checked > report.expected
+    assert report.ok
 
 
 def test_a_kafka_outage_mid_run_loses_nothing(stack_name: str, tmp_path: Path) -> None:
     options = DemoOptions(
         messages=120,
         max_delay_seconds=40,
+        send_seconds=0,  # all written before the outage starts
         results=tmp_path,
         timeout_seconds=90,
         kafka_outage=(8.0, 6.0),

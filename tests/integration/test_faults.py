@@ -288,6 +288,7 @@ def test_no_loss_and_nothing_early_under_faults(
     options = DemoOptions(
         messages=90,
         max_delay_seconds=30,
+        send_seconds=0,  # the faults' times count from a workload written at once
         results=tmp_path,
         settle_seconds=3,
         timeout_seconds=60,

@@ -35,6 +35,7 @@ def test_deliveries_are_exported_and_reported(tmp_path: Path) -> None:
     options = DemoOptions(
         messages=60,
         max_delay_seconds=30,
+        send_seconds=0,
         results=tmp_path,
         timeout_seconds=90,
         reports=tmp_path / "reports",

@@ -278,7 +278,7 @@ NOW_S = NOW_MS // 1000
 def test_the_late_cutoff_is_where_ttl_may_have_started_less_the_clock_margin() -> None:
     # A message due at second s expires at s + grace: by now, seconds up to now - grace may
     # have lost messages to TTL; the margin covers clocks that disagree by minutes.
-    assert buckets.late_cutoff(NOW_MS, GRACE) == NOW_S - GRACE + 300
+    assert buckets.late_cutoff(NOW_MS, GRACE, 300) == NOW_S - GRACE + 300
 
 
 def late(ranges: buckets.Ranges, first: int, last: int, cutoff: int) -> buckets.Ranges:

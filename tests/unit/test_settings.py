@@ -19,7 +19,7 @@ DOCUMENTED_DEFAULT = re.compile(r"^\| `(DELAYQ_\w+)` \| `?([\w.]+)`? \|", re.MUL
 def test_defaults_are_the_documented_ones() -> None:
     table = DOCUMENTED_DEFAULT.findall((ROOT / "docs" / "internals.md").read_text())
     documented = {var: value for var, value in table if value != "empty"}
-    assert len(documented) == 20  # the numeric defaults and the Kafka security mode
+    assert len(documented) == 21  # the numeric defaults and the Kafka security mode
     assert Settings.from_env(documented) == Settings()
 
 
@@ -39,6 +39,7 @@ def test_from_env_reads_every_variable_with_its_type() -> None:
         "DELAYQ_MAX_PAYLOAD_BYTES": "2048",
         "DELAYQ_OFFLOAD_THRESHOLD_BYTES": "1024",
         "DELAYQ_TTL_GRACE_SECONDS": "120",
+        "DELAYQ_TTL_CLOCK_MARGIN_SECONDS": "30",
         "DELAYQ_EMIT_LEAD_MS": "500",
         "DELAYQ_MAX_HOLD_MS": "1500",
         "DELAYQ_KAFKA_BOOTSTRAP": "b-1:9098",
@@ -70,6 +71,7 @@ def test_from_env_reads_every_variable_with_its_type() -> None:
         max_payload_bytes=2048,
         offload_threshold_bytes=1024,
         ttl_grace_seconds=120,
+        ttl_clock_margin_seconds=30,
         emit_lead_ms=500,
         max_hold_ms=1500,
         kafka_bootstrap="b-1:9098",
@@ -130,6 +132,11 @@ def test_a_variable_that_is_not_a_number_names_itself(var: str, raw: str) -> Non
         ({"lookahead_seconds": 900}, "lookahead_seconds must be > 0 and < horizon_seconds"),
         ({"lookahead_seconds": 0}, "lookahead_seconds must be > 0 and < horizon_seconds"),
         ({"tick_seconds": 0}, "tick_seconds must be > 0"),
+        (
+            {"ttl_grace_seconds": 60},
+            "ttl_clock_margin_seconds must be >= 0 and < ttl_grace_seconds \\(300 vs 60\\)",
+        ),
+        ({"ttl_clock_margin_seconds": -1}, "ttl_clock_margin_seconds must be >= 0"),
         ({"shards": 0}, "shards must be 1..256"),
         ({"shards": 257}, "shards must be 1..256"),
         (

@@ -103,10 +103,10 @@ def expires_at(due_ms: int, ttl_grace_seconds: int) -> int:
 Ranges = tuple[tuple[int, int], ...]
 
 
-def late_cutoff(now_ms: int, ttl_grace_seconds: int) -> int:
+def late_cutoff(now_ms: int, ttl_grace_seconds: int, clock_margin_seconds: int) -> int:
     """The last due-second whose stored messages TTL may have started deleting by ``now``
     (their expiry is due + grace), with a margin for the clocks of a function and DynamoDB."""
-    return due_second(now_ms) - ttl_grace_seconds + c.TTL_CLOCK_MARGIN_SECONDS
+    return due_second(now_ms) - ttl_grace_seconds + clock_margin_seconds
 
 
 def add_late(

@@ -19,6 +19,7 @@ ENV_MAX_DELAY_SECONDS: Final = "DELAYQ_MAX_DELAY_SECONDS"
 ENV_MAX_PAYLOAD_BYTES: Final = "DELAYQ_MAX_PAYLOAD_BYTES"
 ENV_OFFLOAD_THRESHOLD_BYTES: Final = "DELAYQ_OFFLOAD_THRESHOLD_BYTES"
 ENV_TTL_GRACE_SECONDS: Final = "DELAYQ_TTL_GRACE_SECONDS"
+ENV_TTL_CLOCK_MARGIN_SECONDS: Final = "DELAYQ_TTL_CLOCK_MARGIN_SECONDS"
 ENV_EMIT_LEAD_MS: Final = "DELAYQ_EMIT_LEAD_MS"
 ENV_MAX_HOLD_MS: Final = "DELAYQ_MAX_HOLD_MS"
 ENV_KAFKA_BOOTSTRAP: Final = "DELAYQ_KAFKA_BOOTSTRAP"
@@ -100,7 +101,7 @@ DEFAULT_TARGET_OUTAGE_MAX_SECONDS: Final = 24 * 3600
 # Messages due within this many milliseconds of ingest (or already due) are produced by ingest
 # itself, held to their due time, instead of waiting for the emitter's poll (delayq.direct).
 # 0: every message goes through the delay queue.
-DEFAULT_DIRECT_WINDOW_MS: Final = 2000
+DEFAULT_DIRECT_WINDOW_MS: Final = 800
 # The direct window may not exceed this: ingest holds its batch that long at most.
 MAX_DIRECT_WINDOW_MS: Final = 10_000
 # Write the delivery statistics once this many deliveries are buffered (or the minute is over):
@@ -145,8 +146,9 @@ EMIT_RETRY_MAX_SECONDS: Final = 60
 MAX_SHARDS: Final = 256
 # TTL may delete an item from its expiry time on, as DynamoDB's clock tells it: a due-second
 # is counted as passed late when the scheduler passes it this close to (or after) its expiry,
-# which covers any clock difference between a function and DynamoDB.
-TTL_CLOCK_MARGIN_SECONDS: Final = 300
+# which covers any clock difference between a function and DynamoDB. It must stay below the
+# TTL grace, or every second counts as late and every TTL removal is re-driven.
+DEFAULT_TTL_CLOCK_MARGIN_SECONDS: Final = 300
 # Late ranges are kept this long after the TTL of their last second (AWS documents TTL
 # deletion "within a few days" of expiry): the cleanup function must still recognise them.
 LATE_RANGE_KEEP_SECONDS: Final = 30 * 24 * 3600

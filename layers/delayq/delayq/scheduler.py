@@ -228,7 +228,7 @@ class _Run:
         late = self.mark.late
         if second > self.mark.second:
             grace = self.settings.ttl_grace_seconds
-            cutoff = buckets.late_cutoff(now_ms, grace)
+            cutoff = buckets.late_cutoff(now_ms, grace, self.settings.ttl_clock_margin_seconds)
             late = buckets.add_late(
                 late,
                 self.mark.second + 1,

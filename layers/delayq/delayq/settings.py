@@ -35,6 +35,7 @@ class Settings:
     max_payload_bytes: int = c.DEFAULT_MAX_PAYLOAD_BYTES
     offload_threshold_bytes: int = c.DEFAULT_OFFLOAD_THRESHOLD_BYTES
     ttl_grace_seconds: int = c.DEFAULT_TTL_GRACE_SECONDS
+    ttl_clock_margin_seconds: int = c.DEFAULT_TTL_CLOCK_MARGIN_SECONDS
     emit_lead_ms: int = c.DEFAULT_EMIT_LEAD_MS
     max_hold_ms: int = c.DEFAULT_MAX_HOLD_MS
     kafka_bootstrap: str = ""
@@ -105,6 +106,13 @@ class Settings:
             )
         if self.ingest_timeout_seconds < 1:
             problems.append("ingest_timeout_seconds must be >= 1")
+        if not 0 <= self.ttl_clock_margin_seconds < self.ttl_grace_seconds:
+            # Otherwise every second the scheduler passes counts as late, and the cleanup
+            # function re-drives every TTL removal: a duplicate of every stored message.
+            problems.append(
+                "ttl_clock_margin_seconds must be >= 0 and < ttl_grace_seconds "
+                f"({self.ttl_clock_margin_seconds} vs {self.ttl_grace_seconds})"
+            )
         if self.tick_seconds <= 0:
             problems.append("tick_seconds must be > 0")
         if self.emit_lead_ms < 0 or self.max_hold_ms < self.emit_lead_ms:
@@ -226,6 +234,7 @@ _ENV_OF = {
     "max_payload_bytes": c.ENV_MAX_PAYLOAD_BYTES,
     "offload_threshold_bytes": c.ENV_OFFLOAD_THRESHOLD_BYTES,
     "ttl_grace_seconds": c.ENV_TTL_GRACE_SECONDS,
+    "ttl_clock_margin_seconds": c.ENV_TTL_CLOCK_MARGIN_SECONDS,
     "emit_lead_ms": c.ENV_EMIT_LEAD_MS,
     "max_hold_ms": c.ENV_MAX_HOLD_MS,
     "kafka_bootstrap": c.ENV_KAFKA_BOOTSTRAP,

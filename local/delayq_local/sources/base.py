@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping
 from typing import Any, Final, Self
 
-from delayq_local.runtime import ExecutionEnvironment, Invocation, LocalFunction
+from delayq_local.runtime import ExecutionEnvironment, Invocation, LocalFunction, polling_for
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +133,11 @@ class EventSource(abc.ABC):
         return self._environments[index]
 
     def _guarded(self, index: int) -> None:
+        # Lambda's pollers and destinations act with the function's execution role.
+        with polling_for(self.function.logical_id if self.function is not None else ""):
+            self._poll_forever(index)
+
+    def _poll_forever(self, index: int) -> None:
         while self._active():
             try:
                 self._work(index)

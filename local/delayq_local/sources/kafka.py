@@ -40,6 +40,9 @@ _TIMESTAMP_TYPES: Final = {
     TIMESTAMP_LOG_APPEND_TIME: "LOG_APPEND_TIME",
 }
 _METADATA_TIMEOUT_SECONDS: Final = 10.0
+# With a batching window of 0, how long one wait for a first record lasts (then the stop flag
+# is checked again).
+_IDLE_WAIT_SECONDS: Final = 0.5
 
 
 class KafkaEventSource(EventSource):
@@ -103,15 +106,25 @@ class KafkaEventSource(EventSource):
         try:
             consumer.subscribe(list(self.spec.topics), on_assign=assigned, on_revoke=revoked)
             while self._active():
-                messages = consumer.consume(
-                    num_messages=self.spec.batch_size,
-                    timeout=self.spec.batching_window_seconds,
-                )
+                messages = self._gather(consumer)
                 batch = [m for m in messages if self._usable(m)]
                 if batch:
                     self._process(index, consumer, batch)
         finally:
             consumer.close()
+
+    def _gather(self, consumer: Consumer) -> list[Message]:
+        """One batch: what arrives within the batching window, up to `BatchSize` records. With
+        a window of 0, Lambda invokes as soon as records arrive: wait for the first, then take
+        only what is already fetched."""
+        window = self.spec.batching_window_seconds
+        if window > 0:
+            return list(consumer.consume(num_messages=self.spec.batch_size, timeout=window))
+        first = consumer.consume(num_messages=1, timeout=_IDLE_WAIT_SECONDS)
+        if not first or self.spec.batch_size == 1:
+            return list(first)
+        rest = consumer.consume(num_messages=self.spec.batch_size - 1, timeout=0)
+        return [*first, *rest]
 
     def _record_ownership(self, index: int, partitions: int) -> None:
         with self._owned_changed:
