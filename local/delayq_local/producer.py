@@ -41,6 +41,20 @@ class Due:
         return name, str(value).encode()
 
 
+@dataclass(frozen=True)
+class Acknowledged:
+    """Where the broker wrote a record."""
+
+    topic: str
+    partition: int
+    offset: int
+
+    @property
+    def coordinates(self) -> str:
+        """`topic-partition-offset`: the delay id ingest gives a request sent without one."""
+        return f"{self.topic}-{self.partition}-{self.offset}"
+
+
 @dataclass
 class DelayProducer:
     """A producer for the delay topic; delivery failures are collected, not raised mid-batch."""
@@ -49,6 +63,8 @@ class DelayProducer:
     topic: str = "delay-requests"
     config: Mapping[str, Any] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list, init=False)
+    # The records the broker acknowledged, in the order of their delivery reports.
+    acknowledged: list[Acknowledged] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
         self._producer = Producer(
@@ -111,6 +127,10 @@ class DelayProducer:
     def _delivered(self, error: KafkaError | None, message: Message) -> None:
         if error is not None:
             self.failures.append(f"{message.topic()}: {error}")
+        else:
+            self.acknowledged.append(
+                Acknowledged(str(message.topic()), message.partition() or 0, message.offset() or 0)
+            )
 
     def __enter__(self) -> DelayProducer:
         return self
