@@ -11,16 +11,18 @@ one untimed warm-up run precedes the timed ones, and the median run is reported.
 from __future__ import annotations
 
 import cProfile
+import dataclasses
 import gc
 import io
 import pstats
 import random
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
+from bench import floor
 from bench.harness import InMemoryPipeline, bench_settings
 from bench.template import deployed
 from bench.workload import (
@@ -36,6 +38,7 @@ from bench.workload import (
     mixed_delays_ms,
 )
 from delayq import buckets
+from delayq.kafka import KafkaDelivery
 
 # Ten times the 1,500 creates/s per core that Lmstfy publishes for its single-node benchmark.
 TARGET_PER_SECOND: Final = 15_000
@@ -100,30 +103,55 @@ class _Run:
 
     call: Callable[[], int]
     invocations: int
-    pipeline: InMemoryPipeline
+    pipeline: InMemoryPipeline | None
+
+    def close(self) -> None:
+        """Release what the run held (outside the timed region)."""
+        if self.pipeline is not None:
+            self.pipeline.close()
+
+
+@dataclass
+class _Timings:
+    """The timed runs of one prepared callable."""
+
+    rates: list[float] = field(default_factory=list)
+    cpus: list[float] = field(default_factory=list)
+    messages: int = 0
+    invocations: int = 0
+
+
+def _measure_interleaved(
+    prepares: dict[str, Callable[[], _Run]], repeats: int
+) -> dict[str, _Timings]:
+    """One untimed warm-up run of each, then ``repeats`` rounds timing one fresh run of each
+    in turn (interleaved, so that noise on a shared machine hits them alike)."""
+    for prepare in prepares.values():
+        warm = prepare()
+        warm.call()
+        warm.close()
+    out = {name: _Timings() for name in prepares}
+    for _ in range(repeats):
+        for name, prepare in prepares.items():
+            run = prepare()
+            gc.collect()
+            start = time.process_time()
+            messages = run.call()
+            cpu = time.process_time() - start
+            run.close()
+            t = out[name]
+            t.messages, t.invocations = messages, run.invocations
+            t.cpus.append(cpu)
+            t.rates.append(messages / cpu if cpu > 0 else float("inf"))
+    return out
 
 
 def _measure(
     prepare: Callable[[], _Run], repeats: int
 ) -> tuple[list[float], list[float], int, int]:
     """Time ``repeats`` fresh runs after one warm-up; returns (msgs/s, cpu s, msgs, invocations)."""
-    warm = prepare()
-    warm.call()
-    warm.pipeline.close()
-    rates: list[float] = []
-    cpus: list[float] = []
-    messages = invocations = 0
-    for _ in range(repeats):
-        run = prepare()
-        gc.collect()
-        start = time.process_time()
-        messages = run.call()
-        cpu = time.process_time() - start
-        run.pipeline.close()
-        invocations = run.invocations
-        cpus.append(cpu)
-        rates.append(messages / cpu if cpu > 0 else float("inf"))
-    return rates, cpus, messages, invocations
+    t = _measure_interleaved({"run": prepare}, repeats)["run"]
+    return t.rates, t.cpus, t.messages, t.invocations
 
 
 def profile_top(prepare: Callable[[], _Run], limit: int = 18) -> list[str]:
@@ -133,7 +161,7 @@ def profile_top(prepare: Callable[[], _Run], limit: int = 18) -> list[str]:
     profiler.enable()
     run.call()
     profiler.disable()
-    run.pipeline.close()
+    run.close()
     stream = io.StringIO()
     stats = pstats.Stats(profiler, stream=stream)
     total = sum(v[2] for v in stats.stats.values()) or 1.0  # type: ignore[attr-defined]
@@ -151,16 +179,50 @@ def profile_top(prepare: Callable[[], _Run], limit: int = 18) -> list[str]:
 # --- ingest ----------------------------------------------------------------------------------
 
 
+def ingest_events(cfg: CpuSettings, workload: Workload = ISSUE_7) -> list[dict[str, Any]]:
+    """The Kafka events of one ingest run (the same for every run)."""
+    rng = random.Random(cfg.seed)
+    total = cfg.ingest_batches * cfg.ingest_batch_size
+    delays = mixed_delays_ms(total, workload, rng)
+    records = [kafka_record(i, delay_ms=d) for i, d in enumerate(delays)]
+    return [kafka_event(chunk) for chunk in batched(records, cfg.ingest_batch_size)]
+
+
+def ingest_requests(events: Sequence[Any]) -> list[floor.CapturedRequest]:
+    """The DynamoDB BatchWriteItem and SQS SendMessageBatch parameters the ingest handler
+    sends for ``events`` (one untimed run on a fresh in-memory world)."""
+    pipeline = InMemoryPipeline.create()
+    captured: list[floor.CapturedRequest] = []
+    floor.capture_calls(pipeline.dynamodb, ["batch_write_item"], captured)
+    floor.capture_calls(pipeline.sqs, ["send_message_batch"], captured)
+    try:
+        for event in events:
+            pipeline.ingest(event)
+    finally:
+        pipeline.close()
+    return captured
+
+
+def prepare_ingest_floor(
+    cfg: CpuSettings, workload: Workload = ISSUE_7
+) -> tuple[Callable[[], _Run], list[floor.CapturedRequest]]:
+    """The ingest floor on the events of :func:`prepare_ingest`, with the requests the
+    handler sent for them."""
+    events = ingest_events(cfg, workload)
+    requests = ingest_requests(events)
+
+    def prepare() -> _Run:
+        return _Run(lambda: floor.ingest_floor(events, requests), len(events), None)
+
+    return prepare, requests
+
+
 def prepare_ingest(
     cfg: CpuSettings, workload: Workload = ISSUE_7
 ) -> tuple[Callable[[], _Run], dict[str, Any]]:
     """Kafka batches of 1 KB records with the workload's delay mix, relative to the record
     timestamp (``delay-ms``); the clock stands still at the batch's timestamp."""
-    rng = random.Random(cfg.seed)
-    total = cfg.ingest_batches * cfg.ingest_batch_size
-    delays = mixed_delays_ms(total, workload, rng)
-    records = [kafka_record(i, delay_ms=d) for i, d in enumerate(delays)]
-    events = [kafka_event(chunk) for chunk in batched(records, cfg.ingest_batch_size)]
+    events = ingest_events(cfg, workload)
 
     def prepare() -> _Run:
         pipeline = InMemoryPipeline.create()
@@ -226,17 +288,51 @@ def prepare_scheduler(
 # --- emitter ---------------------------------------------------------------------------------
 
 
-def prepare_emitter(cfg: CpuSettings) -> tuple[Callable[[], _Run], dict[str, Any]]:
-    """SQS batches of delay-queue envelopes already due (nothing to hold), decoded, checked
-    against cancel markers (BatchGetItem), produced to the in-memory Kafka producer, with
-    the per-container lateness statistics."""
+def emitter_inputs(cfg: CpuSettings) -> list[dict[str, Any]]:
+    """The SQS events of one emitter run (the same for every run)."""
     size = cfg.emitter_batch_size or deployed().emitter_batch_size
-    total = cfg.emitter_batches * size
-    events = emitter_events(total, size, due_ms=NOW_MS - 1)
+    return emitter_events(cfg.emitter_batches * size, size, due_ms=NOW_MS - 1)
+
+
+def prepare_emitter_floor(cfg: CpuSettings, producer: Any) -> Callable[[], _Run]:
+    """The emitter floor on the events of :func:`prepare_emitter`, producing to ``producer``
+    (a real confluent-kafka producer in the benchmark) at the handler's clock (``NOW_MS``)."""
+    events = emitter_inputs(cfg)
+    reports = [0]
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        if err is None:
+            reports[0] += 1
+
+    def prepare() -> _Run:
+        return _Run(
+            lambda: floor.emitter_floor(events, producer, lambda: NOW_MS, on_delivery),
+            len(events),
+            None,
+        )
+
+    return prepare
+
+
+def prepare_emitter(
+    cfg: CpuSettings, producer: Any = None
+) -> tuple[Callable[[], _Run], dict[str, Any]]:
+    """SQS batches of delay-queue envelopes already due (nothing to hold), decoded, checked
+    against cancel markers (BatchGetItem), produced to the in-memory Kafka producer (or to
+    ``producer``, a real one), with the per-container lateness statistics."""
+    size = cfg.emitter_batch_size or deployed().emitter_batch_size
+    events = emitter_inputs(cfg)
 
     def prepare() -> _Run:
         pipeline = InMemoryPipeline.create()
         services = pipeline.emitter_services()
+        if producer is not None:
+            services = dataclasses.replace(
+                services,
+                delivery=KafkaDelivery(
+                    lambda _on_error: producer, pipeline.settings.kafka_timeout_seconds
+                ),
+            )
 
         def call() -> int:
             n = 0
@@ -251,45 +347,221 @@ def prepare_emitter(cfg: CpuSettings) -> tuple[Callable[[], _Run], dict[str, Any
         "messages_per_batch": size,
         "batch_source": "given" if cfg.emitter_batch_size else "template.yaml BatchSize",
         "message": "1 KB envelope, due now (no hold, no re-delay)",
+        "producer": "in-memory fake"
+        if producer is None
+        else "confluent-kafka on librdkafka's mock cluster",
     }
     return prepare, inputs
 
 
-# --- all three -------------------------------------------------------------------------------
+# --- all three, and the floors ---------------------------------------------------------------
 
 METHOD: Final = (
     "time.process_time() around the real service function on in-memory AWS/Kafka clients; "
-    "fresh state per run, one warm-up run, median of the timed runs"
+    "fresh state per run, one warm-up run, median of the timed runs. Messages per second "
+    "per core are machine-dependent (they vary about threefold between shared machines): "
+    "compare machines with cpu_vs_floor"
 )
+
+FLOOR_GOAL: Final = 3.0
+
+FLOOR_METHOD: Final = (
+    "handler CPU per message / floor CPU per message, both medians of the same number of "
+    "timed runs (time.process_time(), one warm-up each, fresh state per run), interleaved "
+    "run by run on the same events in the same process. Ingest floor: base64 of every "
+    "record's key and value and the header values (lists of signed byte ints) to bytes, plus "
+    "json.dumps of the DynamoDB BatchWriteItem and SQS SendMessageBatch parameters the "
+    "handler sent for the same events (captured from the in-memory fakes in an untimed run; "
+    "DynamoDB blobs as base64, as botocore sends them). Neither side json.loads the event "
+    "text: both get the event as a dict, as Lambda's runtime hands it over. The handler side "
+    "runs on the in-memory fakes, which do not serialise requests at all (no botocore), so "
+    "the handler is not charged for the serialisation the floor counts. Emitter floor: "
+    "json.loads of every SQS body, base64 of key, value and header values of every envelope "
+    "in it, the four delivery headers, one confluent_kafka Producer.produce() per record "
+    "(with a delivery callback) and one flush() per SQS batch, as the handler does. The "
+    "emitter ratio uses the handler measured with the same real producer (confluent-kafka on "
+    "librdkafka's mock cluster, in-process brokers, PLAINTEXT, idempotent, acks=all), so that "
+    "both do the same produce and delivery-report work (the mock brokers' CPU is in both); "
+    "the emitter's headline rate uses the in-memory fake producer, and its ratio to the same "
+    "floor is given as emitter_fake_producer for reference only. Instruction counts "
+    "(valgrind, perf) are not measured: the ratios are CPU-time ratios"
+)
+
+
+@dataclass
+class FloorComparison:
+    """Each handler's CPU per message as a multiple of its floor's, from the same run."""
+
+    ratios: dict[str, float | None]
+    floor_messages_per_second: dict[str, float]
+    handler_messages_per_second: dict[str, float]
+    floor_cpu_seconds_per_run: dict[str, list[float]]
+    messages_per_run: dict[str, int]
+    requests_serialised_per_run: int
+    produce_calls_per_run: int
+    extra_ratios: dict[str, float | None] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    goal: float = FLOOR_GOAL
+    method: str = FLOOR_METHOD
+
+    def as_dict(self) -> dict[str, Any]:
+        """``cpu_vs_floor`` of bench.json."""
+        met = {name: (None if r is None else r <= self.goal) for name, r in self.ratios.items()}
+        return {
+            **{name: _round(r) for name, r in self.ratios.items()},
+            "method": self.method,
+            "floor_messages_per_second": {
+                k: round(v) for k, v in self.floor_messages_per_second.items()
+            },
+            "handler_messages_per_second": {
+                k: round(v) for k, v in self.handler_messages_per_second.items()
+            },
+            "floor_cpu_seconds_per_run": self.floor_cpu_seconds_per_run,
+            "messages_per_run": self.messages_per_run,
+            "requests_serialised_per_run": self.requests_serialised_per_run,
+            "produce_calls_per_run": self.produce_calls_per_run,
+            "emitter_fake_producer": _round(self.extra_ratios.get("emitter_fake_producer")),
+            "skipped": self.skipped,
+            "goal": self.goal,
+            "met": met,
+        }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
 
 
 def measure_all(cfg: CpuSettings, *, profile: str = "auto") -> dict[str, CpuFigure]:
     """The three figures. ``profile``: "auto" (profile a handler that misses its target),
     "always" or "never"."""
-    plans: dict[str, tuple[Callable[[], _Run], dict[str, Any], int | None]] = {}
-    prepare, inputs = prepare_ingest(cfg)
-    plans["ingest"] = (prepare, inputs, TARGET_PER_SECOND)
-    prepare, inputs = prepare_scheduler(cfg)
-    plans["scheduler"] = (prepare, inputs, None)
-    prepare, inputs = prepare_emitter(cfg)
-    plans["emitter"] = (prepare, inputs, TARGET_PER_SECOND)
+    return measure_with_floor(cfg, profile=profile)[0]
+
+
+def _figure(
+    name: str,
+    t: _Timings,
+    inputs: dict[str, Any],
+    target: int | None,
+    repeats: int,
+) -> CpuFigure:
+    cpu = statistics.median(t.cpus)
+    return CpuFigure(
+        name=name,
+        messages_per_second=statistics.median(t.rates),
+        runs_per_second=[round(r) for r in t.rates],
+        cpu_seconds_per_run=[round(c, 4) for c in t.cpus],
+        messages_per_run=t.messages,
+        invocations_per_run=t.invocations,
+        cpu_ms_per_invocation=cpu * 1000 / max(1, t.invocations),
+        method=METHOD,
+        inputs={**inputs, "repeats": repeats},
+        target_per_second=target,
+    )
+
+
+def _per_message(t: _Timings) -> float:
+    return statistics.median(t.cpus) / max(1, t.messages)
+
+
+def measure_with_floor(
+    cfg: CpuSettings, *, profile: str = "auto"
+) -> tuple[dict[str, CpuFigure], FloorComparison]:
+    """The three figures and each handler's ratio to its floor, the floors timed interleaved
+    with their handlers (ingest with the ingest floor; the emitter on the fake producer, on a
+    real producer and the emitter floor)."""
     figures: dict[str, CpuFigure] = {}
-    for name, (prepare, inputs, target) in plans.items():
-        rates, cpus, messages, invocations = _measure(prepare, cfg.repeats)
-        cpu = statistics.median(cpus)
-        figure = CpuFigure(
-            name=name,
-            messages_per_second=statistics.median(rates),
-            runs_per_second=[round(r) for r in rates],
-            cpu_seconds_per_run=[round(c, 4) for c in cpus],
-            messages_per_run=messages,
-            invocations_per_run=invocations,
-            cpu_ms_per_invocation=cpu * 1000 / max(1, invocations),
-            method=METHOD,
-            inputs={**inputs, "repeats": cfg.repeats},
-            target_per_second=target,
-        )
+    skipped: dict[str, str] = {}
+
+    ingest_prepare, ingest_in = prepare_ingest(cfg)
+    ingest_floor_prepare, requests = prepare_ingest_floor(cfg)
+    ingest_t = _measure_interleaved(
+        {"handler": ingest_prepare, "floor": ingest_floor_prepare}, cfg.repeats
+    )
+    figures["ingest"] = _figure(
+        "ingest", ingest_t["handler"], ingest_in, TARGET_PER_SECOND, cfg.repeats
+    )
+
+    prepare, inputs = prepare_scheduler(cfg)
+    rates, cpus, messages, invocations = _measure(prepare, cfg.repeats)
+    figures["scheduler"] = _figure(
+        "scheduler", _Timings(rates, cpus, messages, invocations), inputs, None, cfg.repeats
+    )
+
+    emitter_prepare, emitter_in = prepare_emitter(cfg)
+    plans: dict[str, Callable[[], _Run]] = {"fake": emitter_prepare}
+    producer = None
+    try:
+        producer = floor.mock_producer()
+    except Exception as e:  # noqa: BLE001 -- reported; the other figures still stand
+        skipped["emitter"] = f"no real producer: {type(e).__name__}: {e}"
+    if producer is not None:
+        plans["real"] = prepare_emitter(cfg, producer)[0]
+        plans["floor"] = prepare_emitter_floor(cfg, producer)
+    try:
+        emitter_t = _measure_interleaved(plans, cfg.repeats)
+    finally:
+        if producer is not None:
+            producer.flush(30)
+            producer.purge()
+    figures["emitter"] = _figure(
+        "emitter", emitter_t["fake"], emitter_in, TARGET_PER_SECOND, cfg.repeats
+    )
+
+    for name, figure in figures.items():
         if profile == "always" or (profile == "auto" and figure.met is False):
-            figure.profile = profile_top(prepare)
-        figures[name] = figure
-    return figures
+            prep = {
+                "ingest": ingest_prepare,
+                "scheduler": prepare,
+                "emitter": emitter_prepare,
+            }[name]
+            figure.profile = profile_top(prep)
+
+    comparison = _comparison(ingest_t, emitter_t, len(requests), skipped)
+    return figures, comparison
+
+
+def _comparison(
+    ingest_t: dict[str, _Timings],
+    emitter_t: dict[str, _Timings],
+    requests: int,
+    skipped: dict[str, str],
+) -> FloorComparison:
+    """Ratios and floor rates from the interleaved timings."""
+    ratios: dict[str, float | None] = {
+        "ingest": floor.ratio(_per_message(ingest_t["handler"]), _per_message(ingest_t["floor"]))
+    }
+    floor_rates = {"ingest": statistics.median(ingest_t["floor"].rates)}
+    handler_rates = {"ingest": statistics.median(ingest_t["handler"].rates)}
+    floor_cpus = {"ingest": [round(c, 4) for c in ingest_t["floor"].cpus]}
+    messages_per_run = {
+        "ingest": ingest_t["handler"].messages,
+        "ingest_floor": ingest_t["floor"].messages,
+    }
+    extra: dict[str, float | None] = {}
+    produce_calls = 0
+    if "floor" in emitter_t:
+        real, fl = emitter_t["real"], emitter_t["floor"]
+        ratios["emitter"] = floor.ratio(_per_message(real), _per_message(fl))
+        extra["emitter_fake_producer"] = floor.ratio(
+            _per_message(emitter_t["fake"]), _per_message(fl)
+        )
+        floor_rates["emitter"] = statistics.median(fl.rates)
+        handler_rates["emitter"] = statistics.median(real.rates)
+        floor_cpus["emitter"] = [round(c, 4) for c in fl.cpus]
+        messages_per_run["emitter"] = real.messages
+        messages_per_run["emitter_floor"] = fl.messages
+        produce_calls = fl.messages
+    else:
+        ratios["emitter"] = None
+    comparison = FloorComparison(
+        ratios=ratios,
+        floor_messages_per_second=floor_rates,
+        handler_messages_per_second=handler_rates,
+        floor_cpu_seconds_per_run=floor_cpus,
+        messages_per_run=messages_per_run,
+        requests_serialised_per_run=requests,
+        produce_calls_per_run=produce_calls,
+        extra_ratios=extra,
+        skipped=skipped,
+    )
+    return comparison

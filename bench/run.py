@@ -90,13 +90,17 @@ def run(options: Options, out: TextIO = sys.stderr) -> dict[str, Any]:
     settings = bench_settings()
     workload = ISSUE_7
 
-    t = _step(out, "handler CPU (in-memory clients)")
-    figures = cpu_mod.measure_all(options.cpu, profile=options.profile)
+    t = _step(out, "handler CPU (in-memory clients) and CPU against each handler's floor")
+    figures, vs_floor = cpu_mod.measure_with_floor(options.cpu, profile=options.profile)
     ingest_b, emitter_b = options.handler_batches
     handlers = measure_handlers(ingest_b, emitter_b, max(1, min(3, options.cpu.repeats)))
     out.write(
         "   "
         + ", ".join(f"{n} {f.messages_per_second:,.0f}/s" for n, f in figures.items())
+        + "; vs floor "
+        + ", ".join(
+            f"{n} {'n/a' if r is None else f'{r:.2f}x'}" for n, r in vs_floor.ratios.items()
+        )
         + f" ({time.monotonic() - t:.0f} s)\n"
     )
 
@@ -191,6 +195,7 @@ def run(options: Options, out: TextIO = sys.stderr) -> dict[str, Any]:
         options=options,
         machine=machine,
         figures=figures,
+        vs_floor=vs_floor,
         handlers=handlers,
         requests=requests,
         model=model,
@@ -249,6 +254,7 @@ def assemble(
     options: Options,
     machine: dict[str, Any],
     figures: dict[str, cpu_mod.CpuFigure],
+    vs_floor: cpu_mod.FloorComparison | None = None,
     handlers: dict[str, Any],
     requests: dict[str, Any],
     model: cost_mod.CostModel,
@@ -317,6 +323,7 @@ def assemble(
         },
         "requests_per_message": req,
         "cpu_messages_per_second": cpu_doc,
+        "cpu_vs_floor": vs_floor.as_dict() if vs_floor is not None else None,
         "lateness_ms": lateness,
         "burst": burst,
         "cost_usd_per_million": {**model.headline(), "details": model.as_dict()},
@@ -361,6 +368,13 @@ def findings(doc: dict[str, Any]) -> list[str]:
     for name, d in doc["cpu_messages_per_second"]["details"].items():
         if d.get("target_met") is False:
             out.append(f"{name} CPU {d['messages_per_second']:,.0f}/s is under the 15,000/s target")
+    floor = doc.get("cpu_vs_floor") or {}
+    for name, met in (floor.get("met") or {}).items():
+        if met is False:
+            out.append(
+                f"{name} CPU is {floor[name]:.2f}x its floor's (goal <= {floor['goal']:g}x; "
+                f"floor {floor['floor_messages_per_second'][name]:,}/s on this machine)"
+            )
     cost = doc["cost_usd_per_million"]
     details = cost["details"]
     if not details["target"]["met"]:

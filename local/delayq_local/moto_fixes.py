@@ -17,6 +17,13 @@ scheduler's Query calls (one per shard and due-second) cost a sort of the whole 
 behind. The change hands that Query the queried partition's items only (sorted as before);
 queries on an index and every other caller of the listing are unchanged.
 
+Fidelity: DynamoDB applies each item write atomically, and conditional writes on one item one
+after the other. moto's server answers requests on several threads, and its `UpdateItem` of a
+missing item first stores the bare key, then checks nothing more and applies the update: a
+concurrent `GetItem` saw the key without its attributes (the scheduler's progress item without
+its second), and two conditional creates could interleave. Every DynamoDB item operation of
+the backend now runs under one lock, as one step.
+
 Fidelity: moto drops a FIFO message as a duplicate only while the first message with that
 de-duplication id is still in the queue; SQS drops it for 5 minutes after the first was sent,
 deleted or not. The wrapper keeps the ids for those 5 minutes.
@@ -32,6 +39,7 @@ from importlib.metadata import version
 from typing import Any, Final
 
 from moto.core import utils as moto_utils
+from moto.dynamodb import models as dynamodb_models
 from moto.dynamodb.models import table as dynamodb_table
 from moto.sqs import models as sqs_models
 
@@ -112,6 +120,28 @@ def _scoped_query(query: Callable[..., Any]) -> Callable[..., Any]:
     return scoped
 
 
+# The DynamoDB backend's item operations, each made one atomic step (see the docstring).
+ATOMIC_DYNAMODB_OPERATIONS: Final = (
+    "put_item",
+    "get_item",
+    "update_item",
+    "delete_item",
+    "query",
+    "scan",
+    "transact_write_items",
+)
+_dynamodb_lock = threading.RLock()
+
+
+def _atomic(operation: Callable[..., Any]) -> Callable[..., Any]:
+    def atomic(backend: Any, *args: Any, **kwargs: Any) -> Any:
+        with _dynamodb_lock:
+            return operation(backend, *args, **kwargs)
+
+    atomic.__qualname__ = f"_atomic.{operation.__name__}"
+    return atomic
+
+
 def applied() -> bool:
     """Whether `apply()` has run in this process."""
     return _applied
@@ -132,14 +162,16 @@ def apply() -> None:
         if _applied:
             return
         backend, queue = sqs_models.SQSBackend, sqs_models.Queue
-        for owner, name in (
+        originals: tuple[tuple[Any, str], ...] = (
             (sqs_models, "unix_time"),
             (sqs_models, "unix_time_millis"),
             (backend, "is_message_valid_based_on_retention_period"),
             (queue, "add_message"),
             (dynamodb_table.Table, "query"),
             (dynamodb_table.Table, "all_items"),
-        ):
+            *((dynamodb_models.DynamoDBBackend, n) for n in ATOMIC_DYNAMODB_OPERATIONS),
+        )
+        for owner, name in originals:
             if not callable(getattr(owner, name, None)):
                 raise LocalStackError(f"moto changed: {owner.__name__}.{name} is gone")
         sqs_models.unix_time = _unix_time  # type: ignore[attr-defined]
@@ -149,4 +181,7 @@ def apply() -> None:
         table = dynamodb_table.Table
         table.query = _scoped_query(table.query)  # type: ignore[method-assign]
         table.all_items = _one_partition(table.all_items)  # type: ignore[method-assign,assignment]
+        for name in ATOMIC_DYNAMODB_OPERATIONS:
+            dynamodb = dynamodb_models.DynamoDBBackend
+            setattr(dynamodb, name, _atomic(getattr(dynamodb, name)))
         _applied = True

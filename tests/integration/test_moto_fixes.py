@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from functools import cache
 from importlib.metadata import version
 from typing import Any
 
 import pytest
+from moto.dynamodb import models as dynamodb_models
 from moto.dynamodb.models import table as dynamodb_table
 from moto.sqs import models as sqs_models
 
@@ -88,6 +90,13 @@ with mock_aws():
     ddb.query(TableName="t", KeyConditionExpression="pk = :p",
               ExpressionAttributeValues={":p": {"S": "p3"}})
     facts["items_listed_per_table_key_query"] = max(listed, default=0)
+
+from moto.dynamodb import models as ddb_models
+source = inspect.getsource(ddb_models.DynamoDBBackend.update_item)
+# A missing item is stored bare (put_item), then updated: two steps, no lock around them.
+facts["update_of_new_item_in_two_steps"] = (
+    "table.put_item(data)" in source and "lock" not in source.lower()
+)
 print(json.dumps(facts))
 """
 
@@ -131,10 +140,76 @@ def test_moto_still_computes_now_through_datetime_arithmetic() -> None:
     assert plain_moto()["unix_time_through_datetime"]
 
 
+def test_moto_still_updates_a_new_item_in_two_unguarded_steps() -> None:
+    # A concurrent reader can see the bare key; DynamoDB's writes are atomic.
+    assert plain_moto()["update_of_new_item_in_two_steps"]
+
+
 def test_the_moto_server_has_the_fixes_applied(moto_server: MotoServer) -> None:
     assert moto_fixes.applied()
     assert vars(sqs_models)["unix_time_millis"] is moto_fixes._unix_time_millis
     assert dynamodb_table.Table.query.__qualname__.startswith("_scoped_query")
+    for name in moto_fixes.ATOMIC_DYNAMODB_OPERATIONS:
+        operation = getattr(dynamodb_models.DynamoDBBackend, name)
+        assert operation.__qualname__.startswith("_atomic"), name
+
+
+def test_a_conditional_create_is_one_atomic_step(
+    moto_server: MotoServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Racing creators (ingest's first watermark) and readers: one creator wins, and no reader
+    # ever sees the item without the attribute the create writes. moto's window between
+    # storing the bare key and updating it is widened, so that plain moto fails every time.
+    store = dynamodb_table.Table.put_item
+
+    def slow_bare_put(table: Any, attributes: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        stored = store(table, attributes, *args, **kwargs)
+        if len(attributes) == 1:  # the key only: update_item's first step
+            time.sleep(0.02)
+        return stored
+
+    monkeypatch.setattr(dynamodb_table.Table, "put_item", slow_bare_put)
+    ddb = AwsEndpoint(moto_server.endpoint_url).client("dynamodb")
+    table = f"atomic-{time.monotonic_ns()}"
+    ddb.create_table(
+        TableName=table,
+        BillingMode="PAY_PER_REQUEST",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+    )
+    won: list[int] = []
+    partial: list[dict[str, Any]] = []
+
+    def create(index: int) -> None:
+        try:
+            ddb.update_item(
+                TableName=table,
+                Key={"pk": {"S": f"k{index // 8}"}},
+                UpdateExpression="SET #s = :s",
+                ExpressionAttributeNames={"#s": "second"},
+                ConditionExpression="attribute_not_exists(pk)",
+                ExpressionAttributeValues={":s": {"N": str(index)}},
+            )
+            won.append(index)
+        except ddb.exceptions.ConditionalCheckFailedException:
+            pass
+
+    def read(index: int) -> None:
+        for _ in range(20):
+            item = ddb.get_item(
+                TableName=table, Key={"pk": {"S": f"k{index // 8}"}}, ConsistentRead=True
+            ).get("Item")
+            if item is not None and "second" not in item:
+                partial.append(item)
+
+    threads = [threading.Thread(target=job, args=(i,)) for i in range(64) for job in (create, read)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert partial == []
+    assert sorted(i // 8 for i in won) == list(range(8))  # one winner per item
 
 
 def test_moto_keeps_its_retention_semantics_with_the_fixes(

@@ -400,6 +400,7 @@ def test_bench_runs_end_to_end_with_tiny_inputs(tmp_path: Path) -> None:
             assert key in saved[section], (section, key)
     assert saved["requests_per_message"]["sqs"] > 0
     assert saved["cpu_messages_per_second"]["emitter"] > 0
+    assert {"ingest", "emitter", "method", "goal", "met"} <= set(saved["cpu_vs_floor"])
     assert (
         saved["cost_usd_per_million"]["step_functions"]
         > saved["cost_usd_per_million"]["eventbridge_scheduler"]

@@ -1,0 +1,116 @@
+"""The CPU floors of bench.cpu do the same amount of work as the handlers they are compared
+with: same messages, same requests serialised, same records produced (no timing asserted)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import cpu, floor
+from bench.fakes import InMemoryProducer, ProducedRecord
+from bench.harness import InMemoryPipeline
+from bench.report import _floor_rows
+from bench.workload import NOW_MS, delay_request
+from delayq.contract import Envelope, encode_bundle
+
+TINY = cpu.CpuSettings(
+    ingest_batches=2,
+    ingest_batch_size=50,
+    scheduler_seconds=1,
+    scheduler_per_second=20,
+    emitter_batches=2,
+    emitter_batch_size=10,
+    repeats=1,
+)
+
+
+def test_ingest_floor_decodes_every_record_and_serialises_what_the_handler_sent() -> None:
+    events = cpu.ingest_events(TINY)
+    pipeline = InMemoryPipeline.create()
+    handled = 0
+    for event in events:
+        result = pipeline.ingest(event)
+        handled += result.queued + result.stored
+    calls = pipeline.counter.calls
+    sent = calls[("dynamodb", "BatchWriteItem")] + calls[("sqs", "SendMessageBatch")]
+    pipeline.close()
+
+    requests = cpu.ingest_requests(events)
+    assert handled == TINY.ingest_batches * TINY.ingest_batch_size
+    assert floor.ingest_floor(events, requests) == handled
+    assert len(requests) == sent > 0
+    assert {r.operation for r in requests} == {"batch_write_item", "send_message_batch"}
+
+
+def test_ingest_floor_serialises_blobs_and_signed_header_bytes() -> None:
+    event = {
+        "records": {
+            "t-0": [{"key": None, "value": "AAE=", "headers": [{"h": [-1, 0, 127]}, {"n": None}]}]
+        }
+    }
+    request = floor.CapturedRequest("batch_write_item", {"Item": {"v": {"B": b"\x00\xff"}}})
+    assert floor.ingest_floor([event], [request]) == 1
+    assert floor._header_bytes([-1, 0, 127]) == b"\xff\x00\x7f"
+    assert json.loads(json.dumps(request.params, default=floor._blob)) == {
+        "Item": {"v": {"B": "AP8="}}
+    }
+
+
+def test_emitter_floor_produces_the_records_the_handler_produces() -> None:
+    events = cpu.emitter_inputs(TINY)
+    pipeline = InMemoryPipeline.create(keep_records=True)
+    services = pipeline.emitter_services()
+    delivered = sum(len(pipeline.emit(e, services).deliveries) for e in events)
+    pipeline.close()
+
+    producer = InMemoryProducer(keep=True)
+    acknowledged: list[object] = []
+    produced = floor.emitter_floor(
+        events, producer, lambda: NOW_MS, lambda err, msg: acknowledged.append(msg)
+    )
+    assert produced == delivered == TINY.emitter_batches * TINY.emitter_batch_size
+    assert len(producer.records) == len(pipeline.producer.records) == produced
+    assert producer.records == pipeline.producer.records  # same topic, key, value, headers
+    assert len(acknowledged) == produced
+
+
+def test_emitter_floor_reads_bundles() -> None:
+    requests = [delay_request(i, NOW_MS) for i in range(3)]
+    body = encode_bundle([Envelope(r).encode() for r in requests])
+    event = {"Records": [{"body": body, "attributes": {"ApproximateReceiveCount": "1"}}]}
+    producer = InMemoryProducer(keep=True)
+    assert floor.emitter_floor([event], producer, lambda: NOW_MS) == 3
+    ids = [r.delay_id.encode() for r in requests]
+    assert [r.header("delay-id") for r in producer.records] == ids
+    assert all(isinstance(r, ProducedRecord) for r in producer.records)
+
+
+def test_ratio() -> None:
+    assert floor.ratio(3.0, 1.5) == 2.0
+    assert floor.ratio(1.0, 0.0) is None
+
+
+def test_measure_with_floor_reports_ratios_and_keys() -> None:
+    pytest.importorskip("confluent_kafka")
+    figures, comparison = cpu.measure_with_floor(TINY, profile="never")
+    assert set(figures) == {"ingest", "scheduler", "emitter"}
+    doc = comparison.as_dict()
+    for key in ("ingest", "emitter", "method", "floor_messages_per_second", "goal", "met"):
+        assert key in doc, key
+    assert doc["goal"] == 3.0
+    assert set(doc["met"]) == {"ingest", "emitter"}
+    assert doc["ingest"] > 0
+    assert doc["emitter"] > 0
+    assert set(doc["floor_messages_per_second"]) == {"ingest", "emitter"}
+    runs = doc["messages_per_run"]
+    assert runs["ingest"] == runs["ingest_floor"] == figures["ingest"].messages_per_run
+    assert runs["emitter"] == runs["emitter_floor"] == figures["emitter"].messages_per_run
+    assert doc["produce_calls_per_run"] == runs["emitter"]
+    assert doc["requests_serialised_per_run"] > 0
+    floor_rows = _floor_rows(doc)
+    assert [r[0] for r in floor_rows] == [
+        "ingest CPU vs its floor (machine-independent)",
+        "emitter CPU vs its floor (machine-independent)",
+    ]
+    assert [r[2] for r in floor_rows] == ["<= 3x floor", "<= 3x floor"]
