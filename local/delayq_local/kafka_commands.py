@@ -18,7 +18,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from delayq import constants as c
@@ -200,6 +200,7 @@ def _send(args: argparse.Namespace) -> int:
         )
     [ack] = producer.acknowledged
     delay_id = args.delay_id or ack.coordinates
+    due_ms = due.due_ms(ack.timestamp_ms)
     _report(
         args,
         {
@@ -208,17 +209,15 @@ def _send(args: argparse.Namespace) -> int:
             "topic": ack.topic,
             "partition": ack.partition,
             "offset": ack.offset,
-            "due": dict(zip(("header", "value"), _header_text(due), strict=True)),
+            "due_ms": due_ms,
         },
-        f"sent {delay_id} to {_where(ack)}: {args.target} at {_header_text(due)[1]} "
-        f"({_header_text(due)[0]})",
+        f"sent {delay_id} to {_where(ack)}: for {args.target}, due {_iso(due_ms)} (--due {due_ms})",
     )
     return 0
 
 
-def _header_text(due: Due) -> tuple[str, str]:
-    name, value = due.header()
-    return name, (value or b"").decode()
+def _iso(epoch_ms: int) -> str:
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
 def _cancel(args: argparse.Namespace) -> int:

@@ -3,6 +3,7 @@ headers."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -23,6 +24,14 @@ class Due:
     seconds: float | None = None
     ms: int | None = None
     at_ms: int | None = None
+
+    def due_ms(self, timestamp_ms: int) -> int:
+        """The due time ingest computes for a record with this timestamp."""
+        if self.at_ms is not None:
+            return self.at_ms
+        if self.ms is not None:
+            return timestamp_ms + self.ms
+        return timestamp_ms + round((self.seconds or 0) * 1000)
 
     def header(self) -> Header:
         """The one control header that carries this due time."""
@@ -48,6 +57,8 @@ class Acknowledged:
     topic: str
     partition: int
     offset: int
+    # The record's timestamp (epoch ms): what a relative delay counts from.
+    timestamp_ms: int = 0
 
     @property
     def coordinates(self) -> str:
@@ -106,8 +117,16 @@ class DelayProducer:
         self, headers: Sequence[Header], *, value: bytes | None = None, key: bytes | None = None
     ) -> None:
         """Queue a record with exactly these headers (invalid requests included)."""
+        # The record's timestamp, set here: a relative delay counts from it, and `send` can say
+        # the due time (librdkafka's mock cluster reports a fixed log-append time instead).
+        timestamp_ms = int(time.time() * 1000)
         self._producer.produce(
-            self.topic, value=value, key=key, headers=list(headers), on_delivery=self._delivered
+            self.topic,
+            value=value,
+            key=key,
+            headers=list(headers),
+            timestamp=timestamp_ms,
+            on_delivery=lambda error, message: self._delivered(error, message, timestamp_ms),
         )
         self._producer.poll(0)
 
@@ -124,12 +143,17 @@ class DelayProducer:
         self._producer.purge()
         self._producer.close()
 
-    def _delivered(self, error: KafkaError | None, message: Message) -> None:
+    def _delivered(self, error: KafkaError | None, message: Message, timestamp_ms: int) -> None:
         if error is not None:
             self.failures.append(f"{message.topic()}: {error}")
         else:
             self.acknowledged.append(
-                Acknowledged(str(message.topic()), message.partition() or 0, message.offset() or 0)
+                Acknowledged(
+                    str(message.topic()),
+                    message.partition() or 0,
+                    message.offset() or 0,
+                    timestamp_ms,
+                )
             )
 
     def __enter__(self) -> DelayProducer:

@@ -78,6 +78,8 @@ def test_send_says_where_it_wrote_and_tail_shows_the_delivery(
     assert stored["stored"]["due_ms"] == due_ms
     deliveries = [json.loads(line) for line in out.splitlines()]
     assert sorted(d["id"] for d in deliveries) == sorted([first_id, "o-2"])
+    [o2] = [d for d in deliveries if d["id"] == "o-2"]
+    assert o2["due_ms"] == second["due_ms"]  # what send said, from the record's timestamp
     for delivery in deliveries:
         assert delivery["target"] == TARGET
         assert delivery["emitted_ms"] >= delivery["due_ms"]

@@ -10,6 +10,7 @@ import pytest
 
 from delayq_local.cli import local_summary
 from delayq_local.kafka_commands import epoch_ms, header
+from delayq_local.producer import Due
 from delayq_local.state import (
     allowed_targets,
     export_line,
@@ -103,3 +104,9 @@ def test_arguments_are_read_strictly() -> None:
             header(bad)
     with pytest.raises(argparse.ArgumentTypeError, match="time zone"):
         epoch_ms("2026-01-01T00:00:00")
+
+
+def test_send_says_the_due_time_ingest_computes_from_the_record_timestamp() -> None:
+    assert Due(seconds=1.5).due_ms(1_000) == 2_500
+    assert Due(ms=20).due_ms(1_000) == 1_020
+    assert Due(at_ms=7).due_ms(1_000) == 7
