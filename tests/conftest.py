@@ -29,6 +29,8 @@ def aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
+    # Never the state file of a `delayq local` running on this machine.
+    monkeypatch.setenv("DELAYQ_STATE_FILE", "/nonexistent/delayq-test-state.json")
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,5 @@
-"""The `delayq` command: run the local stack, send, cancel and reschedule delay requests, run
-the demo, redrive dead letters."""
+"""The `delayq` command: run the local stack, run the demo, redrive dead letters; the commands
+that only talk to Kafka (send, cancel, reschedule, tail) are in `kafka_commands`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
@@ -24,19 +23,25 @@ from botocore.exceptions import BotoCoreError, ClientError
 from delayq import constants as c
 from delayq.clock import Clock, Sleep, system_clock
 from delayq.exceptions import ConfigurationError, DelayQueueError
+from delayq.lookup import locate
 from delayq.redrive import RedriveReport, RedriveSource, redrive, redrive_services
-from delayq.settings import Settings
+from delayq.retry import Deadline
+from delayq.runtime import message_store
+from delayq.settings import Settings, topic_allowed
 from delayq.stream_failures import FAILED_BATCH_PREFIX
+from delayq_local import kafka_commands
 from delayq_local.aws import AwsEndpoint
 from delayq_local.demo import DemoOptions, run_demo
 from delayq_local.exceptions import LocalStackError
-from delayq_local.producer import DelayProducer, Due
+from delayq_local.kafka_commands import epoch_ms, header
+from delayq_local.kafka_mock import CONSUMER_TUNING
 from delayq_local.reports import require_spark
 from delayq_local.stack import EmbeddedStack, StackConfig, TimeCompression, environ_during
+from delayq_local.state import allowed_targets, export_line, read_state, state_file, write_state
 from delayq_local.workload import DEFAULT_TARGETS
 
-STATE_FILE: Final = Path("results/local-stack.json")
-DEFAULT_TOPIC: Final = "delay-requests"
+# How long `delayq get` may take for its reads.
+GET_SECONDS: Final = 30.0
 # The template's outputs a redrive reads (the ingest function's environment has the rest).
 DELAY_DLQ_OUTPUT: Final = "DelayDeadLetterQueueUrl"
 INGEST_FUNCTION_OUTPUT: Final = "IngestFunctionName"
@@ -79,36 +84,14 @@ def _parser(clock: Clock, sleep: Sleep) -> argparse.ArgumentParser:
 
     local = commands.add_parser("local", help="run the embedded stack in the foreground")
     _stack_options(local, log_level="WARNING")
+    local.add_argument(
+        "--json", action="store_true", help="print the stack's state (and its counters) as JSON"
+    )
     local.set_defaults(command=_local)
 
     _workload_commands(commands)
 
-    send = commands.add_parser("send", help="produce one delay request")
-    _client_options(send)
-    send.add_argument("--target", required=True, help="the topic to deliver to")
-    when = send.add_mutually_exclusive_group(required=True)
-    when.add_argument("--delay", type=float, help="seconds from now (the broker timestamp)")
-    when.add_argument("--delay-ms", type=int, help="milliseconds from now")
-    when.add_argument("--at", type=_epoch_ms, help="absolute time: epoch ms or ISO 8601")
-    send.add_argument("--key", help="record key (UTF-8)")
-    send.add_argument("--value", default="", help="record value (UTF-8)")
-    send.add_argument("--id", dest="delay_id", help="delay id (the cancel key)")
-    send.add_argument(
-        "--header",
-        action="append",
-        default=[],
-        type=_header,
-        metavar="NAME=VALUE",
-        help="a user header (repeatable)",
-    )
-    send.set_defaults(command=_send)
-
-    cancel = commands.add_parser("cancel", help="cancel a pending request by its id")
-    _client_options(cancel)
-    cancel.add_argument("delay_id", metavar="ID")
-    cancel.set_defaults(command=_cancel)
-
-    _add_reschedule(commands)
+    kafka_commands.register(commands)
 
     again = commands.add_parser(
         "redrive",
@@ -150,7 +133,30 @@ def _parser(clock: Clock, sleep: Sleep) -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="long polling per receive; the run ends on an empty one (default: %(default)s)",
     )
-    where = again.add_argument_group(
+    _stack_choice(again)
+    again.set_defaults(command=functools.partial(_redrive, clock=clock, sleep=sleep))
+
+    get = commands.add_parser(
+        "get",
+        help="say where a message is, by id",
+        description="Reads the id's cancel and reschedule record and, with --due, the message "
+        "stored for that due time (strongly consistent). What cannot be known is said: "
+        "whether it is in the delay queue, delivered or rejected. Exit status: 0 when the "
+        "table knows the id, 1 when it does not, 2 for usage or configuration errors.",
+    )
+    get.add_argument("delay_id", metavar="ID")
+    get.add_argument(
+        "--due", type=epoch_ms, help="its due time (epoch ms or ISO 8601), to find it stored"
+    )
+    get.add_argument("--json", action="store_true", help="print the answer as JSON")
+    _stack_choice(get)
+    get.set_defaults(command=_get)
+    return parser
+
+
+def _stack_choice(parser: argparse.ArgumentParser) -> None:
+    """`--stack-name` and `--region`: which stack an AWS-side command works on."""
+    where = parser.add_argument_group(
         "stack",
         "default: the running `delayq local` (its state file), else the DELAYQ_* variables "
         "of the environment (those the ingest function has); set variables win over the "
@@ -161,8 +167,6 @@ def _parser(clock: Clock, sleep: Sleep) -> argparse.ArgumentParser:
         help="a deployed stack: queues from its outputs, settings from its ingest function",
     )
     where.add_argument("--region", help="the stack's region (default: boto3's, e.g. AWS_REGION)")
-    again.set_defaults(command=functools.partial(_redrive, clock=clock, sleep=sleep))
-    return parser
 
 
 def _workload_commands(commands: Any) -> None:
@@ -260,7 +264,7 @@ def _stack_options(parser: argparse.ArgumentParser, log_level: str) -> None:
         "--parameter",
         action="append",
         default=[],
-        type=_header,
+        type=header,
         metavar="NAME=VALUE",
         help="a template parameter override",
     )
@@ -268,7 +272,7 @@ def _stack_options(parser: argparse.ArgumentParser, log_level: str) -> None:
         "--env",
         action="append",
         default=[],
-        type=_header,
+        type=header,
         metavar="NAME=VALUE",
         help="a handler environment override",
     )
@@ -292,39 +296,6 @@ def _stack_options(parser: argparse.ArgumentParser, log_level: str) -> None:
     time.add_argument("--lookahead", type=int, default=TimeCompression.lookahead_seconds)
     time.add_argument("--tick", type=int, default=TimeCompression.tick_seconds)
     time.add_argument("--ttl-grace", type=int, default=TimeCompression.ttl_grace_seconds)
-
-
-def _add_reschedule(commands: Any) -> None:
-    """`delayq reschedule ID (--at T | --delay S) --due OLD`."""
-    move = commands.add_parser(
-        "reschedule",
-        help="move a pending request to another time by its id",
-        description="Writes a delay-reschedule record. Ingest moves the message stored for "
-        "--due to the new time, or rejects the record (reschedule-not-found, "
-        "reschedule-cancelled, reschedule-too-late) to the reject queue.",
-    )
-    _client_options(move)
-    move.add_argument("delay_id", metavar="ID")
-    new_time = move.add_mutually_exclusive_group(required=True)
-    new_time.add_argument("--at", type=_epoch_ms, help="new time: epoch ms or ISO 8601")
-    new_time.add_argument("--delay", type=float, help="new time: seconds from now")
-    move.add_argument(
-        "--due",
-        type=_epoch_ms,
-        required=True,
-        help="the message's current due time (epoch ms or ISO 8601), as it was sent",
-    )
-    move.add_argument("--json", action="store_true", help="print what was written as JSON")
-    move.set_defaults(command=_reschedule)
-
-
-def _client_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--bootstrap",
-        help="Kafka bootstrap servers (default: "
-        "$DELAYQ_KAFKA_BOOTSTRAP, else the running `delayq local`)",
-    )
-    parser.add_argument("--topic", help=f"the delay topic (default: {DEFAULT_TOPIC})")
 
 
 def _stack_config(args: argparse.Namespace) -> StackConfig:
@@ -358,24 +329,45 @@ def _local(args: argparse.Namespace) -> int:
     stopping = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stopping.set())
+    started = time.monotonic()
     with EmbeddedStack(_stack_config(args)) as stack:
         state = _describe(stack)
-        STATE_FILE.parent.mkdir(parents=True, exist_ok=True)
-        STATE_FILE.write_text(json.dumps(state, indent=2) + "\n")
-        print(json.dumps(state, indent=2))
-        print(
-            f"\nexport AWS_ENDPOINT_URL={state['aws_endpoint']} "
-            f"DELAYQ_KAFKA_BOOTSTRAP={state['kafka_bootstrap']}\n"
-            f"try: delayq send --target {DEFAULT_TARGETS[0]} --delay 10 --value hello\n"
-            "Ctrl-C stops the stack.",
-            flush=True,
-        )
+        path = write_state(state)
+        if args.json:
+            print(json.dumps(state, indent=2), flush=True)
+        else:
+            print("\n".join(local_summary(state, path, time.monotonic() - started)), flush=True)
         try:
             stopping.wait()
         finally:
-            STATE_FILE.unlink(missing_ok=True)
-            print(json.dumps(stack.stats(), indent=2))
+            path.unlink(missing_ok=True)
+            stats = stack.stats()
+            if args.json:
+                print(json.dumps(stats, indent=2))
+            else:
+                invocations = sum(s.get("invocations", 0) for s in stats.values())
+                errors = sum(s.get("errors", 0) for s in stats.values())
+                print(f"stopped: {invocations} invocations, {errors} failed")
     return 0
+
+
+def local_summary(state: Mapping[str, Any], path: Path, seconds: float) -> list[str]:
+    """What `delayq local` prints: where everything is, and what to try."""
+    targets = allowed_targets(state)
+    first = next((t for t in DEFAULT_TARGETS if topic_allowed(t, targets)), DEFAULT_TARGETS[0])
+    bootstrap = state["kafka_bootstrap"]
+    return [
+        f"delayq local: stack {state['stack_name']} up in {seconds:.1f} s",
+        f"  Kafka     {bootstrap}   delay topic {state['delay_topic']}",
+        f"  AWS       {state['aws_endpoint']}   region {state['region']}",
+        f"  targets   {', '.join(targets) or '(none allowed)'}",
+        f"  send      delayq send --target {first} --delay 10 --value hello --id hello-1",
+        "  watch     delayq tail        (or: kcat -b "
+        f"{bootstrap} -C -t {first} -f '%T %k %s %h\\n')",
+        f"  env       {export_line(state)}",
+        f"  state     {path}   (--json prints it)",
+        "Ctrl-C stops the stack.",
+    ]
 
 
 def _describe(stack: EmbeddedStack) -> dict[str, Any]:
@@ -385,6 +377,9 @@ def _describe(stack: EmbeddedStack) -> dict[str, Any]:
         "aws_endpoint": stack.aws_endpoint_url,
         "region": deployment.region,
         "kafka_bootstrap": stack.kafka_bootstrap,
+        # What a consumer of the embedded mock cluster needs (it answers a fetch only when
+        # fetch.wait.max.ms expires).
+        "kafka_consumer_config": dict(CONSUMER_TUNING) if stack.mock_kafka is not None else {},
         "delay_topic": stack.delay_topic,
         "resources": {k: r.ref for k, r in sorted(deployment.resources.items())},
         "outputs": dict(sorted(deployment.outputs.items())),
@@ -427,76 +422,6 @@ def _run_workload(args: argparse.Namespace, options: DemoOptions) -> int:
     return 0
 
 
-def _producer(args: argparse.Namespace) -> DelayProducer:
-    state = _state()
-    bootstrap = (
-        args.bootstrap or os.environ.get(c.ENV_KAFKA_BOOTSTRAP) or state.get("kafka_bootstrap")
-    )
-    if not bootstrap:
-        raise LocalStackError(
-            "no Kafka bootstrap: pass --bootstrap, set DELAYQ_KAFKA_BOOTSTRAP, "
-            "or start `delayq local`"
-        )
-    return DelayProducer(
-        str(bootstrap), topic=args.topic or state.get("delay_topic", DEFAULT_TOPIC)
-    )
-
-
-def _state() -> Mapping[str, Any]:
-    if not STATE_FILE.is_file():
-        return {}
-    state: Mapping[str, Any] = json.loads(STATE_FILE.read_text())
-    return state
-
-
-def _send(args: argparse.Namespace) -> int:
-    with _producer(args) as producer:
-        producer.send(
-            args.target,
-            Due(seconds=args.delay, ms=args.delay_ms, at_ms=args.at),
-            value=args.value.encode(),
-            key=args.key.encode() if args.key is not None else None,
-            delay_id=args.delay_id,
-            headers=args.header,
-        )
-    print(f"sent to {producer.topic}" + (f" (id {args.delay_id})" if args.delay_id else ""))
-    return 0
-
-
-def _cancel(args: argparse.Namespace) -> int:
-    with _producer(args) as producer:
-        producer.cancel(args.delay_id)
-    print(f"cancel for {args.delay_id} sent to {producer.topic}")
-    return 0
-
-
-def _reschedule(args: argparse.Namespace) -> int:
-    due = Due(seconds=args.delay, at_ms=args.at)
-    with _producer(args) as producer:
-        producer.reschedule(args.delay_id, args.due, due)
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "id": args.delay_id,
-                    "topic": producer.topic,
-                    "was_due_ms": args.due,
-                    "at_ms": args.at,
-                    "delay_seconds": args.delay,
-                }
-            )
-        )
-    else:
-        print(
-            f"reschedule for {args.delay_id} sent to {producer.topic}: the message due at "
-            f"{args.due} moves to "
-            + (f"{args.at}" if args.at is not None else f"{args.delay:g}s from now")
-            + " if ingest records it at least the emitter's hold + 2 s before that; otherwise "
-            "the record goes to the reject queue with its reason"
-        )
-    return 0
-
-
 @dataclass(frozen=True)
 class _Stack:
     """Where a redrive runs: the ingest function's variables, the stack's outputs, and the
@@ -510,7 +435,7 @@ class _Stack:
 
 
 def _redrive(args: argparse.Namespace, *, clock: Clock, sleep: Sleep) -> int:
-    stack = _redrive_stack(args)
+    stack = _stack_of(args)
     missing = [name for name in REDRIVE_VARIABLES if not stack.environ.get(name)]
     if missing:
         raise LocalStackError(
@@ -560,16 +485,37 @@ def _redrive(args: argparse.Namespace, *, clock: Clock, sleep: Sleep) -> int:
     return 1 if report.failed else 0
 
 
-def _redrive_stack(args: argparse.Namespace) -> _Stack:
+def _get(args: argparse.Namespace) -> int:
+    stack = _stack_of(args)
+    if not stack.environ.get(c.ENV_TABLE_NAME):
+        raise LocalStackError(
+            f"{stack.name} does not set {c.ENV_TABLE_NAME}: pass --stack-name, or start "
+            "`delayq local`"
+        )
+    settings = Settings.from_env(
+        stack.environ, **({"region": stack.region} if stack.region else {})
+    )
+    with environ_during(stack.endpoint):
+        try:
+            found = locate(
+                message_store(settings), args.delay_id, args.due, Deadline.after(GET_SECONDS)
+            )
+        except (DelayQueueError, BotoCoreError, ClientError) as e:
+            raise LocalStackError(f"cannot read {settings.table_name}: {e}") from e
+    print(json.dumps(found.as_json(), indent=2) if args.json else "\n".join(found.lines()))
+    return 0 if found.found else 1
+
+
+def _stack_of(args: argparse.Namespace) -> _Stack:
     """--stack-name, else the running `delayq local` (set variables win), else the
     environment."""
     if args.stack_name:
         return _deployed_stack(args.stack_name, args.region)
-    state = _state()
+    state = read_state()
     if not state:
         return _Stack("the environment", os.environ, region=args.region)
     if "environment" not in state:
-        raise LocalStackError(f"{STATE_FILE} has no environment: restart `delayq local`")
+        raise LocalStackError(f"{state_file()} has no environment: restart `delayq local`")
     endpoint = AwsEndpoint(
         state["aws_endpoint"],
         state["region"],
@@ -622,25 +568,6 @@ def _summary(report: RedriveReport, url: str) -> list[str]:
         lines.append("errors:")
         lines.extend(f"  {error}" for error in report.errors)
     return lines
-
-
-def _header(text: str) -> tuple[str, bytes]:
-    name, sep, value = text.partition("=")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, not {text!r}")
-    return name, value.encode()
-
-
-def _epoch_ms(text: str) -> int:
-    if text.isdigit():
-        return int(text)
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"not epoch ms or ISO 8601: {text!r}") from e
-    if moment.tzinfo is None:
-        raise argparse.ArgumentTypeError("give the time zone (e.g. 2026-01-01T12:00:00+00:00)")
-    return int(moment.timestamp() * 1000)
 
 
 def _outage(text: str) -> tuple[float, float]:

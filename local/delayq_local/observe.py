@@ -118,20 +118,8 @@ class DeliveryObserver:
     def _accept(self, message: Message) -> None:
         if message.error() is not None:
             return
-        received_ms = int(time.time() * 1000)
-        headers = message.headers() or []
-        pairs = headers.items() if isinstance(headers, dict) else headers
-        fields = dict(pairs)
         try:
-            delivery = Delivery(
-                delay_id=_text(fields[c.HEADER_ID]),
-                topic=str(message.topic()),
-                due_ms=int(_text(fields[c.HEADER_DUE_MS])),
-                emitted_ms=int(_text(fields[c.HEADER_EMITTED_MS])),
-                received_ms=received_ms,
-                attempt=int(_text(fields.get(c.HEADER_ATTEMPT) or b"1")),
-                release_ms=int(_text(fields.get(c.HEADER_RELEASE_MS) or b"0")),
-            )
+            delivery = delivery_of(message, int(time.time() * 1000))
         except (KeyError, ValueError) as e:
             self.unreadable += 1
             log.warning("a record without readable delivery headers: %r", e)
@@ -143,6 +131,22 @@ class DeliveryObserver:
                 return
             self._offsets.add(position)
             self._deliveries.append(delivery)
+
+
+def delivery_of(message: Message, received_ms: int) -> Delivery:
+    """A target-topic record's delivery headers (KeyError or ValueError when it has none)."""
+    headers = message.headers() or []
+    pairs = headers.items() if isinstance(headers, dict) else headers
+    fields = dict(pairs)
+    return Delivery(
+        delay_id=_text(fields[c.HEADER_ID]),
+        topic=str(message.topic()),
+        due_ms=int(_text(fields[c.HEADER_DUE_MS])),
+        emitted_ms=int(_text(fields[c.HEADER_EMITTED_MS])),
+        received_ms=received_ms,
+        attempt=int(_text(fields.get(c.HEADER_ATTEMPT) or b"1")),
+        release_ms=int(_text(fields.get(c.HEADER_RELEASE_MS) or b"0")),
+    )
 
 
 def _text(value: bytes | str | None) -> str:

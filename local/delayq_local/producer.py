@@ -3,6 +3,7 @@ headers."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -24,6 +25,14 @@ class Due:
     ms: int | None = None
     at_ms: int | None = None
 
+    def due_ms(self, timestamp_ms: int) -> int:
+        """The due time ingest computes for a record with this timestamp."""
+        if self.at_ms is not None:
+            return self.at_ms
+        if self.ms is not None:
+            return timestamp_ms + self.ms
+        return timestamp_ms + round((self.seconds or 0) * 1000)
+
     def header(self) -> Header:
         """The one control header that carries this due time."""
         given = [
@@ -41,6 +50,22 @@ class Due:
         return name, str(value).encode()
 
 
+@dataclass(frozen=True)
+class Acknowledged:
+    """Where the broker wrote a record."""
+
+    topic: str
+    partition: int
+    offset: int
+    # The record's timestamp (epoch ms): what a relative delay counts from.
+    timestamp_ms: int = 0
+
+    @property
+    def coordinates(self) -> str:
+        """`topic-partition-offset`: the delay id ingest gives a request sent without one."""
+        return f"{self.topic}-{self.partition}-{self.offset}"
+
+
 @dataclass
 class DelayProducer:
     """A producer for the delay topic; delivery failures are collected, not raised mid-batch."""
@@ -49,6 +74,8 @@ class DelayProducer:
     topic: str = "delay-requests"
     config: Mapping[str, Any] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list, init=False)
+    # The records the broker acknowledged, in the order of their delivery reports.
+    acknowledged: list[Acknowledged] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
         self._producer = Producer(
@@ -90,8 +117,16 @@ class DelayProducer:
         self, headers: Sequence[Header], *, value: bytes | None = None, key: bytes | None = None
     ) -> None:
         """Queue a record with exactly these headers (invalid requests included)."""
+        # The record's timestamp, set here: a relative delay counts from it, and `send` can say
+        # the due time (librdkafka's mock cluster reports a fixed log-append time instead).
+        timestamp_ms = int(time.time() * 1000)
         self._producer.produce(
-            self.topic, value=value, key=key, headers=list(headers), on_delivery=self._delivered
+            self.topic,
+            value=value,
+            key=key,
+            headers=list(headers),
+            timestamp=timestamp_ms,
+            on_delivery=lambda error, message: self._delivered(error, message, timestamp_ms),
         )
         self._producer.poll(0)
 
@@ -108,9 +143,18 @@ class DelayProducer:
         self._producer.purge()
         self._producer.close()
 
-    def _delivered(self, error: KafkaError | None, message: Message) -> None:
+    def _delivered(self, error: KafkaError | None, message: Message, timestamp_ms: int) -> None:
         if error is not None:
             self.failures.append(f"{message.topic()}: {error}")
+        else:
+            self.acknowledged.append(
+                Acknowledged(
+                    str(message.topic()),
+                    message.partition() or 0,
+                    message.offset() or 0,
+                    timestamp_ms,
+                )
+            )
 
     def __enter__(self) -> DelayProducer:
         return self

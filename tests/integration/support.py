@@ -11,10 +11,29 @@ from typing import Any, TypeVar
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
 from delayq_local.sources import EventSource
+from delayq_local.stack import StackConfig, TimeCompression
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 S = TypeVar("S", bound=EventSource)
+
+
+# Periods short enough that the stored path, the scheduler and TTL clean-up run within a test.
+FAST = TimeCompression(
+    horizon_seconds=15, lookahead_seconds=10, tick_seconds=2, ttl_grace_seconds=10
+)
+
+
+def fast_stack(stack_name: str, allowed: str, topic: str) -> StackConfig:
+    """The project's template on the embedded stack, periods compressed, one target topic."""
+    return StackConfig(
+        project_root=PROJECT_ROOT,
+        stack_name=stack_name,
+        parameters={"AllowedTargets": allowed},
+        topics=(topic,),
+        environment={"LOG_LEVEL": "ERROR"},
+        time=FAST,
+    )
 
 
 class Runner:

@@ -20,7 +20,8 @@ from delayq.ingest import ingest_batch
 from delayq.retry import Deadline
 from delayq.settings import Settings
 from delayq_local import AwsEndpoint, EmbeddedStack, MotoServer, StackConfig
-from delayq_local.cli import STATE_FILE, _describe, main
+from delayq_local.cli import _describe, main
+from delayq_local.state import ENV_STATE_FILE, write_state
 from delayq_local.testing import RecordingHandler
 from tests.factories import (
     NOW_MS,
@@ -44,6 +45,7 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("DELAYQ_"):
             monkeypatch.delenv(name)
+    monkeypatch.setenv(ENV_STATE_FILE, str(tmp_path / "state" / "local-stack.json"))
 
 
 def ingest_environ(s: Settings) -> dict[str, str]:
@@ -371,10 +373,9 @@ def test_the_state_file_of_delayq_local_is_enough_to_redrive_from_another_proces
         emulate_ttl=False,
     )
     with EmbeddedStack(config) as stack:
-        STATE_FILE.parent.mkdir(parents=True)
-        STATE_FILE.write_text(json.dumps(_describe(stack)))
+        path = write_state(_describe(stack))
         delay_queue = stack.resource("DelayQueue").ref
-    state = json.loads(STATE_FILE.read_text())
+    state = json.loads(path.read_text())
     assert state["environment"][c.ENV_SHARDS] == "2"  # the local stack's, not the template's
     assert c.ENV_TABLE_NAME not in os.environ  # what follows sees the state file only
     sqs = AwsEndpoint(moto_server.endpoint_url).client("sqs")

@@ -13,8 +13,7 @@ from delayq import constants as c
 from delayq_local import EmbeddedStack, StackConfig
 from delayq_local.cli import main
 from delayq_local.producer import DelayProducer, Due
-from delayq_local.stack import TimeCompression
-from tests.integration.support import PROJECT_ROOT, consume, header_text
+from tests.integration.support import consume, fast_stack, header_text
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -25,16 +24,7 @@ NEW_DELAY_S = 8
 
 
 def config(stack_name: str) -> StackConfig:
-    return StackConfig(
-        project_root=PROJECT_ROOT,
-        stack_name=stack_name,
-        parameters={"AllowedTargets": "moved.*"},
-        topics=(TARGET,),
-        environment={"LOG_LEVEL": "ERROR"},
-        time=TimeCompression(
-            horizon_seconds=15, lookahead_seconds=10, tick_seconds=2, ttl_grace_seconds=10
-        ),
-    )
+    return fast_stack(stack_name, "moved.*", TARGET)
 
 
 def wait_until_stored(stack: EmbeddedStack, delay_id: str, timeout: float = 30) -> None:
@@ -66,7 +56,7 @@ def test_reschedule_moves_a_stored_message_and_refuses_an_unknown_id(
         written = json.loads(capsys.readouterr().out)
         assert written["was_due_ms"] == old_due_ms
         assert main(["reschedule", "nobody", "--due", str(old_due_ms), "--at", "1", *client]) == 0
-        assert "reschedule for nobody sent" in capsys.readouterr().out
+        assert "reschedule for nobody written" in capsys.readouterr().out
         # Past the old due time: it would have arrived by now if it had not moved.
         until = time.monotonic() + OLD_DELAY_MS / 1000 + 8
         messages = consume(stack.kafka_bootstrap, TARGET, until=until)

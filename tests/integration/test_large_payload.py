@@ -12,8 +12,7 @@ from confluent_kafka import Message
 from delayq import constants as c
 from delayq_local import EmbeddedStack, StackConfig
 from delayq_local.producer import DelayProducer, Due
-from delayq_local.stack import TimeCompression
-from tests.integration.support import PROJECT_ROOT, consume, header_text
+from tests.integration.support import consume, fast_stack, header_text
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -25,16 +24,7 @@ CLIENT_LIMIT = {"message.max.bytes": MIB + c.KAFKA_RECORD_OVERHEAD_BYTES}
 
 
 def config(stack_name: str) -> StackConfig:
-    return StackConfig(
-        project_root=PROJECT_ROOT,
-        stack_name=stack_name,
-        parameters={"AllowedTargets": "big.*"},
-        topics=(TARGET,),
-        environment={"LOG_LEVEL": "ERROR"},
-        time=TimeCompression(
-            horizon_seconds=15, lookahead_seconds=10, tick_seconds=2, ttl_grace_seconds=10
-        ),
-    )
+    return fast_stack(stack_name, "big.*", TARGET)
 
 
 def received(bootstrap: str, timeout: float) -> list[Message]:

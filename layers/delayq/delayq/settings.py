@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from fnmatch import fnmatchcase
 from typing import Any
@@ -169,11 +169,8 @@ class Settings:
         )
 
     def target_allowed(self, topic: str) -> bool:
-        """True when the topic matches the allow-list (exact names or fnmatch patterns) and is
-        not internal (``__*``): no allow-list opens Kafka's own topics."""
-        if topic.startswith(c.INTERNAL_TOPIC_PREFIX):
-            return False
-        return any(fnmatchcase(topic, pattern) for pattern in self._patterns)
+        """True when the topic matches the allow-list (see `topic_allowed`)."""
+        return topic_allowed(topic, self._patterns)
 
     def require(self, *names: str) -> Settings:
         """Fail at cold start, not mid-batch, when a resource this handler uses is unset."""
@@ -200,6 +197,14 @@ class Settings:
             values[f.name] = _parse(f.name, var, env[var], f.type)
         values.update(overrides)
         return cls(**values)
+
+
+def topic_allowed(topic: str, patterns: Iterable[str]) -> bool:
+    """True when the topic matches an allow-list entry (exact names or fnmatch patterns) and is
+    not internal (``__*``): no allow-list opens Kafka's own topics."""
+    if topic.startswith(c.INTERNAL_TOPIC_PREFIX):
+        return False
+    return any(fnmatchcase(topic, pattern) for pattern in patterns)
 
 
 def _allow_list_problems(patterns: tuple[str, ...]) -> list[str]:

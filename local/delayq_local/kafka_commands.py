@@ -1,0 +1,320 @@
+"""The `delayq` commands that talk to Kafka only: `send`, `cancel`, `reschedule` (write to the
+delay topic) and `tail` (read the target topics).
+
+They find the cluster through `--bootstrap`, `$DELAYQ_KAFKA_BOOTSTRAP` or the running
+`delayq local` (its state file), and take librdkafka settings with `-X key=value` as kcat does
+(`-X security.protocol=SASL_SSL -X sasl.mechanism=SCRAM-SHA-512 -X sasl.username=...`), so
+that they reach a deployed cluster too.
+
+Exit status: 0 done; 1 `tail --count N` ended before N deliveries; 2 usage or configuration
+errors (no cluster, a target the running stack does not allow, an unknown topic).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from delayq import constants as c
+from delayq.settings import topic_allowed
+from delayq_local.exceptions import LocalStackError
+from delayq_local.producer import Acknowledged, DelayProducer, Due
+from delayq_local.state import allowed_targets, read_state
+from delayq_local.tail import Tail, choose_topics
+
+DEFAULT_TOPIC: Final = "delay-requests"
+
+
+def register(commands: Any) -> None:
+    """Add `send`, `cancel`, `reschedule` and `tail` to the `delayq` parser."""
+    send = commands.add_parser(
+        "send",
+        help="produce one delay request",
+        description="Prints the request's delay id (the one given, else the record's "
+        "coordinates topic-partition-offset, which ingest uses) and where it was written. "
+        "A target the running `delayq local` does not allow is refused before anything is "
+        "written (exit 2); --no-check writes it anyway (ingest then rejects it).",
+    )
+    _client_options(send)
+    send.add_argument("--target", required=True, help="the topic to deliver to")
+    when = send.add_mutually_exclusive_group(required=True)
+    when.add_argument("--delay", type=float, help="seconds from now (the broker timestamp)")
+    when.add_argument("--delay-ms", type=int, help="milliseconds from now")
+    when.add_argument("--at", type=epoch_ms, help="absolute time: epoch ms or ISO 8601")
+    send.add_argument("--key", help="record key (UTF-8)")
+    send.add_argument("--value", default="", help="record value (UTF-8)")
+    send.add_argument("--id", dest="delay_id", help="delay id (the cancel key)")
+    send.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        type=header,
+        metavar="NAME=VALUE",
+        help="a user header (repeatable)",
+    )
+    send.add_argument(
+        "--no-check", action="store_true", help="skip the allow-list check of the target"
+    )
+    send.set_defaults(command=_send)
+
+    cancel = commands.add_parser(
+        "cancel",
+        help="cancel a pending request by its id",
+        description="Writes a delay-cancel record. Whether a pending message had the id cannot "
+        "be known here (messages due within 15 minutes live inside delay-queue bundles): the "
+        "cancel wins over every message with that id ingested before it.",
+    )
+    _client_options(cancel)
+    cancel.add_argument("delay_id", metavar="ID")
+    cancel.set_defaults(command=_cancel)
+
+    _add_reschedule(commands)
+    _add_tail(commands)
+
+
+def _client_options(parser: argparse.ArgumentParser, *, writes: bool = True) -> None:
+    parser.add_argument(
+        "--bootstrap",
+        help="Kafka bootstrap servers (default: "
+        "$DELAYQ_KAFKA_BOOTSTRAP, else the running `delayq local`)",
+    )
+    parser.add_argument(
+        "-X",
+        dest="kafka_config",
+        action="append",
+        default=[],
+        type=header,
+        metavar="KEY=VALUE",
+        help="a librdkafka setting, as kcat takes it (repeatable)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    if writes:
+        parser.add_argument("--topic", help=f"the delay topic (default: {DEFAULT_TOPIC})")
+
+
+def _add_reschedule(commands: Any) -> None:
+    """`delayq reschedule ID (--at T | --delay S) --due OLD`."""
+    move = commands.add_parser(
+        "reschedule",
+        help="move a pending request to another time by its id",
+        description="Writes a delay-reschedule record. Ingest moves the message stored for "
+        "--due to the new time, or rejects the record (reschedule-not-found, "
+        "reschedule-cancelled, reschedule-too-late) to the reject queue.",
+    )
+    _client_options(move)
+    move.add_argument("delay_id", metavar="ID")
+    new_time = move.add_mutually_exclusive_group(required=True)
+    new_time.add_argument("--at", type=epoch_ms, help="new time: epoch ms or ISO 8601")
+    new_time.add_argument("--delay", type=float, help="new time: seconds from now")
+    move.add_argument(
+        "--due",
+        type=epoch_ms,
+        required=True,
+        help="the message's current due time (epoch ms or ISO 8601), as it was sent",
+    )
+    move.set_defaults(command=_reschedule)
+
+
+def _add_tail(commands: Any) -> None:
+    tail = commands.add_parser(
+        "tail",
+        help="show deliveries on the target topics as they happen",
+        description="One line per delivery: when it was emitted, topic[partition]@offset, id, "
+        "due time, lateness (emitted - due) and attempt. Default topics: those of the cluster "
+        "the running stack may deliver to (its allow-list), else every topic but the delay "
+        "topic and Kafka's internal ones. Exit status 1 when --count deliveries were not seen "
+        "within --seconds.",
+    )
+    _client_options(tail, writes=False)
+    tail.add_argument("topics", nargs="*", metavar="TOPIC", help="the topics to read")
+    tail.add_argument(
+        "--from-beginning", action="store_true", help="read what the topics hold already"
+    )
+    tail.add_argument("--count", type=int, metavar="N", help="stop after N deliveries")
+    tail.add_argument("--seconds", type=float, metavar="S", help="stop after S seconds")
+    tail.set_defaults(command=_tail)
+
+
+# Where the cluster is ----------------------------------------------------------------------
+
+
+def _cluster(args: argparse.Namespace) -> tuple[str, dict[str, Any], Mapping[str, Any]]:
+    """(bootstrap, the `-X` settings, the running local stack's state when that is the
+    cluster, else {})."""
+    state = read_state()
+    bootstrap = (
+        args.bootstrap or os.environ.get(c.ENV_KAFKA_BOOTSTRAP) or state.get("kafka_bootstrap")
+    )
+    if not bootstrap:
+        raise LocalStackError(
+            "no Kafka bootstrap: pass --bootstrap, set DELAYQ_KAFKA_BOOTSTRAP, "
+            "or start `delayq local`"
+        )
+    local = bootstrap == state.get("kafka_bootstrap")
+    config = {k: v.decode() for k, v in args.kafka_config}
+    return str(bootstrap), config, state if local else {}
+
+
+def _producer(args: argparse.Namespace) -> tuple[DelayProducer, Mapping[str, Any]]:
+    bootstrap, config, state = _cluster(args)
+    topic = args.topic or state.get("delay_topic", DEFAULT_TOPIC)
+    return DelayProducer(bootstrap, topic=topic, config=config), state
+
+
+def _report(args: argparse.Namespace, fields: Mapping[str, Any], text: str) -> None:
+    print(json.dumps(fields, sort_keys=True) if args.json else text)
+
+
+def _where(ack: Acknowledged) -> str:
+    return f"{ack.topic}[{ack.partition}]@{ack.offset}"
+
+
+# The commands ------------------------------------------------------------------------------
+
+
+def _send(args: argparse.Namespace) -> int:
+    producer, state = _producer(args)
+    allowed = allowed_targets(state)
+    if allowed and not args.no_check and not topic_allowed(args.target, allowed):
+        producer.close()
+        raise LocalStackError(
+            f"target {args.target} is not allowed by the running stack (AllowedTargets: "
+            f"{','.join(allowed)}): ingest would reject it as target-not-allowed; nothing "
+            "was written (--no-check writes it anyway)"
+        )
+    due = Due(seconds=args.delay, ms=args.delay_ms, at_ms=args.at)
+    with producer:
+        producer.send(
+            args.target,
+            due,
+            value=args.value.encode(),
+            key=args.key.encode() if args.key is not None else None,
+            delay_id=args.delay_id,
+            headers=args.header,
+        )
+    [ack] = producer.acknowledged
+    delay_id = args.delay_id or ack.coordinates
+    due_ms = due.due_ms(ack.timestamp_ms)
+    _report(
+        args,
+        {
+            "id": delay_id,
+            "target": args.target,
+            "topic": ack.topic,
+            "partition": ack.partition,
+            "offset": ack.offset,
+            "due_ms": due_ms,
+        },
+        f"sent {delay_id} to {_where(ack)}: for {args.target}, due {_iso(due_ms)} (--due {due_ms})",
+    )
+    return 0
+
+
+def _iso(epoch_ms: int) -> str:
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    producer, _ = _producer(args)
+    with producer:
+        producer.cancel(args.delay_id)
+    [ack] = producer.acknowledged
+    _report(
+        args,
+        {"id": args.delay_id, "topic": ack.topic, "partition": ack.partition, "offset": ack.offset},
+        f"cancel for {args.delay_id} written to {_where(ack)}: it wins over every message "
+        "with that id ingested before it",
+    )
+    return 0
+
+
+def _reschedule(args: argparse.Namespace) -> int:
+    due = Due(seconds=args.delay, at_ms=args.at)
+    producer, _ = _producer(args)
+    with producer:
+        producer.reschedule(args.delay_id, args.due, due)
+    [ack] = producer.acknowledged
+    _report(
+        args,
+        {
+            "id": args.delay_id,
+            "topic": ack.topic,
+            "partition": ack.partition,
+            "offset": ack.offset,
+            "was_due_ms": args.due,
+            "at_ms": args.at,
+            "delay_seconds": args.delay,
+        },
+        f"reschedule for {args.delay_id} written to {_where(ack)}: the message due at "
+        f"{args.due} moves to "
+        + (f"{args.at}" if args.at is not None else f"{args.delay:g}s from now")
+        + " if ingest records it at least the emitter's hold + 2 s before that; otherwise "
+        "the record goes to the reject queue with its reason",
+    )
+    return 0
+
+
+def _tail(args: argparse.Namespace) -> int:
+    bootstrap, config, state = _cluster(args)
+    existing = [] if args.topics else Tail.existing_topics(bootstrap, config)
+    topics = choose_topics(
+        existing,
+        explicit=args.topics,
+        allowed=allowed_targets(state),
+        exclude=[state.get("delay_topic", DEFAULT_TOPIC)],
+    )
+    if not topics:
+        raise LocalStackError("nothing to tail: no topic given and no target topic found")
+    # The mock cluster answers fetches only when fetch.wait.max.ms expires: its tuning first.
+    config = {**(state.get("kafka_consumer_config") or {}), **config}
+    tail = Tail(bootstrap, topics, from_beginning=args.from_beginning, config=config).start()
+    if not args.json:
+        print(f"tailing {', '.join(topics)} (Ctrl-C stops)", file=sys.stderr, flush=True)
+    until = time.monotonic() + args.seconds if args.seconds is not None else None
+    seen = 0
+    try:
+        for delivery in tail.follow(until):
+            print(json.dumps(delivery.as_json()) if args.json else delivery.line(), flush=True)
+            seen += 1
+            if args.count is not None and seen >= args.count:
+                break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        tail.close()
+    if tail.unreadable:
+        print(f"{tail.unreadable} record(s) without delivery headers", file=sys.stderr)
+    if args.count is not None and seen < args.count:
+        print(f"{seen} of {args.count} deliveries seen", file=sys.stderr)
+        return 1
+    return 0
+
+
+# Argument types ----------------------------------------------------------------------------
+
+
+def header(text: str) -> tuple[str, bytes]:
+    """`NAME=VALUE` as a header (or a `-X` setting)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, not {text!r}")
+    return name, value.encode()
+
+
+def epoch_ms(text: str) -> int:
+    """Epoch milliseconds, or ISO 8601 with its time zone."""
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not epoch ms or ISO 8601: {text!r}") from e
+    if moment.tzinfo is None:
+        raise argparse.ArgumentTypeError("give the time zone (e.g. 2026-01-01T12:00:00+00:00)")
+    return int(moment.timestamp() * 1000)

@@ -1,0 +1,112 @@
+"""The operator side of `delayq`: where the state file lives, what `delayq local` prints, which
+topics `tail` reads, and how arguments are read."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from delayq_local.cli import local_summary
+from delayq_local.kafka_commands import epoch_ms, header
+from delayq_local.producer import Due
+from delayq_local.state import (
+    allowed_targets,
+    export_line,
+    read_state,
+    state_file,
+    write_state,
+)
+from delayq_local.tail import choose_topics
+
+STATE = {
+    "stack_name": "delayq-local",
+    "aws_endpoint": "http://127.0.0.1:5000",
+    "region": "us-east-1",
+    "kafka_bootstrap": "127.0.0.1:9092",
+    "delay_topic": "delay-requests",
+    "environment": {"DELAYQ_ALLOWED_TARGETS": "demo.*, orders"},
+}
+
+
+def test_the_state_file_has_one_place_whatever_the_working_folder() -> None:
+    assert state_file({"HOME": "/home/u"}) == Path("/home/u/.local/state/delayq/local-stack.json")
+    assert state_file({"HOME": "/home/u", "XDG_STATE_HOME": "/s"}) == Path(
+        "/s/delayq/local-stack.json"
+    )
+    assert state_file({"DELAYQ_STATE_FILE": "/tmp/x.json", "XDG_STATE_HOME": "/s"}) == Path(
+        "/tmp/x.json"
+    )
+
+
+def test_the_state_round_trips_and_is_empty_when_no_stack_runs(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "state.json"
+
+    assert read_state(path) == {}
+    write_state(STATE, path)
+    assert read_state(path) == STATE
+
+
+def test_a_broken_state_file_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    path.write_text("{not json")
+
+    with pytest.raises(Exception, match="not a readable state file"):
+        read_state(path)
+
+
+def test_the_export_line_carries_the_fake_credentials_the_aws_cli_needs() -> None:
+    line = export_line(STATE)
+
+    for part in (
+        "AWS_ENDPOINT_URL=http://127.0.0.1:5000",
+        "AWS_ACCESS_KEY_ID=testing",
+        "AWS_SECRET_ACCESS_KEY=testing",
+        "AWS_DEFAULT_REGION=us-east-1",
+        "DELAYQ_KAFKA_BOOTSTRAP=127.0.0.1:9092",
+    ):
+        assert part in line
+
+
+def test_delayq_local_prints_a_short_summary_with_what_to_try(tmp_path: Path) -> None:
+    lines = local_summary(STATE, tmp_path / "s.json", 12.34)
+
+    text = "\n".join(lines)
+    assert lines[0] == "delayq local: stack delayq-local up in 12.3 s"
+    assert "delay topic delay-requests" in text
+    assert "targets   demo.*, orders" in text
+    assert "delayq send --target demo.orders" in text
+    assert "delayq tail" in text
+    assert "kcat -b 127.0.0.1:9092" in text
+    assert len(lines) < 12
+
+
+def test_the_allow_list_is_read_from_the_stack_environment() -> None:
+    assert allowed_targets(STATE) == ("demo.*", "orders")
+    assert allowed_targets({}) == ()
+
+
+def test_tail_reads_the_named_topics_else_the_allowed_ones() -> None:
+    existing = ["__consumer_offsets", "delay-requests", "demo.a", "demo.b", "other"]
+
+    assert choose_topics(existing, explicit=["x"]) == ["x"]
+    assert choose_topics(existing, allowed=["demo.*"]) == ["demo.a", "demo.b"]
+    assert choose_topics(existing, exclude=["delay-requests"]) == ["demo.a", "demo.b", "other"]
+
+
+def test_arguments_are_read_strictly() -> None:
+    assert header("security.protocol=SASL_SSL") == ("security.protocol", b"SASL_SSL")
+    assert epoch_ms("1700000000000") == 1_700_000_000_000
+    assert epoch_ms("2026-01-01T00:00:00+00:00") == 1_767_225_600_000
+    for bad in ("no-equals", "=value"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            header(bad)
+    with pytest.raises(argparse.ArgumentTypeError, match="time zone"):
+        epoch_ms("2026-01-01T00:00:00")
+
+
+def test_send_says_the_due_time_ingest_computes_from_the_record_timestamp() -> None:
+    assert Due(seconds=1.5).due_ms(1_000) == 2_500
+    assert Due(ms=20).due_ms(1_000) == 1_020
+    assert Due(at_ms=7).due_ms(1_000) == 7
