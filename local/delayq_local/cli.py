@@ -24,9 +24,10 @@ from delayq import constants as c
 from delayq.clock import Clock, Sleep, system_clock
 from delayq.exceptions import ConfigurationError, DelayQueueError
 from delayq.lookup import locate
-from delayq.redrive import RedriveReport, RedriveSource, redrive, redrive_services
+from delayq.redrive import RedriveReport, RedriveSource, SourceQueue, redrive, redrive_services
+from delayq.reject_listing import list_rejects
 from delayq.retry import Deadline
-from delayq.runtime import message_store
+from delayq.runtime import client, message_store
 from delayq.settings import Settings, topic_allowed
 from delayq.stream_failures import FAILED_BATCH_PREFIX
 from delayq_local import kafka_commands
@@ -135,6 +136,22 @@ def _parser(clock: Clock, sleep: Sleep) -> argparse.ArgumentParser:
     )
     _stack_choice(again)
     again.set_defaults(command=functools.partial(_redrive, clock=clock, sleep=sleep))
+
+    rejects = commands.add_parser(
+        "rejects",
+        help="what the reject queue holds",
+        description="list: each rejected record's reason, detail, coordinates, id and decoded "
+        "headers. Messages are received hidden for 30 s and made visible again at once: "
+        "nothing is consumed. Exit status: 0, 2 for usage or configuration errors.",
+    )
+    rejects_commands = rejects.add_subparsers(required=True, metavar="ACTION")
+    listing = rejects_commands.add_parser("list", help="show what the reject queue holds")
+    listing.add_argument(
+        "--limit", type=int, default=50, metavar="N", help="at most N (default: %(default)s)"
+    )
+    listing.add_argument("--json", action="store_true", help="one JSON object per line")
+    _stack_choice(listing)
+    listing.set_defaults(command=_rejects_list)
 
     get = commands.add_parser(
         "get",
@@ -485,16 +502,36 @@ def _redrive(args: argparse.Namespace, *, clock: Clock, sleep: Sleep) -> int:
     return 1 if report.failed else 0
 
 
+def _rejects_list(args: argparse.Namespace) -> int:
+    stack = _stack_of(args)
+    settings = _settings_needing(stack, c.ENV_REJECT_QUEUE_URL)
+    with environ_during(stack.endpoint):
+        source = SourceQueue(client("sqs", settings), settings.reject_queue_url)
+        try:
+            views, errors = list_rejects(source, args.limit, Deadline.after(GET_SECONDS))
+        except (DelayQueueError, BotoCoreError, ClientError) as e:
+            raise LocalStackError(f"cannot read {settings.reject_queue_url}: {e}") from e
+    for view in views:
+        print(json.dumps(view.as_json()) if args.json else "\n".join(view.lines()))
+    if not args.json:
+        print(f"{len(views)} rejected record(s) shown", file=sys.stderr)
+    for error in errors:
+        print(f"delayq: {error}", file=sys.stderr)
+    return 0
+
+
+def _settings_needing(stack: _Stack, name: str) -> Settings:
+    """The stack's settings, when it sets `name`."""
+    if not stack.environ.get(name):
+        raise LocalStackError(
+            f"{stack.name} does not set {name}: pass --stack-name, or start `delayq local`"
+        )
+    return Settings.from_env(stack.environ, **({"region": stack.region} if stack.region else {}))
+
+
 def _get(args: argparse.Namespace) -> int:
     stack = _stack_of(args)
-    if not stack.environ.get(c.ENV_TABLE_NAME):
-        raise LocalStackError(
-            f"{stack.name} does not set {c.ENV_TABLE_NAME}: pass --stack-name, or start "
-            "`delayq local`"
-        )
-    settings = Settings.from_env(
-        stack.environ, **({"region": stack.region} if stack.region else {})
-    )
+    settings = _settings_needing(stack, c.ENV_TABLE_NAME)
     with environ_during(stack.endpoint):
         try:
             found = locate(

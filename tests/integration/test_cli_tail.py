@@ -1,5 +1,6 @@
-"""`delayq send` and `delayq tail` against a running local stack found through its state file,
-from another process, as a user runs them in a second terminal."""
+"""The operator commands (`send`, `tail`, `get`, `rejects list`) against a running local stack
+found through its state file, `tail` from another process, as a user runs them in a second
+terminal."""
 
 from __future__ import annotations
 
@@ -66,6 +67,10 @@ def test_send_says_where_it_wrote_and_tail_shows_the_delivery(
             stored = wait_for_get(capsys, "o-9", due_ms)
             assert main(["get", "nobody", "--due", str(due_ms)]) == 1
             assert "nothing for" in capsys.readouterr().out
+            # Written anyway: ingest rejects it, and `rejects list` shows it, left in place.
+            assert main(["send", "--target", "elsewhere", "--delay", "1", "--no-check"]) == 0
+            capsys.readouterr()
+            rejected = wait_for_reject(capsys, "target-not-allowed")
             out, err = tail.communicate(timeout=120)
         finally:
             tail.kill()
@@ -74,6 +79,7 @@ def test_send_says_where_it_wrote_and_tail_shows_the_delivery(
     assert first_id.startswith(f"{stack.delay_topic}-")
     assert (second["id"], second["target"], second["topic"]) == ("o-2", TARGET, stack.delay_topic)
     assert "not allowed by the running stack" in refused
+    assert rejected["headers"]["delay-target"] == "elsewhere"
     assert stored["stored"]["target"] == TARGET
     assert stored["stored"]["due_ms"] == due_ms
     deliveries = [json.loads(line) for line in out.splitlines()]
@@ -99,6 +105,22 @@ def wait_for_get(
             return answer
         time.sleep(0.5)
     raise AssertionError(f"{delay_id} was not stored within {timeout} s")
+
+
+def wait_for_reject(
+    capsys: pytest.CaptureFixture[str], reason: str, timeout: float = 30
+) -> dict[str, Any]:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        assert main(["rejects", "list", "--json"]) == 0
+        listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        found = [r for r in listed if r["reason"] == reason]
+        if found:
+            assert main(["rejects", "list", "--json"]) == 0  # still there: nothing consumed
+            assert reason in capsys.readouterr().out
+            return found[0]
+        time.sleep(0.5)
+    raise AssertionError(f"no {reason} reject within {timeout} s")
 
 
 def test_tail_ends_with_status_1_when_too_few_deliveries_come(
