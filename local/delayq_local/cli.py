@@ -41,6 +41,8 @@ from delayq_local.stack import EmbeddedStack, StackConfig, TimeCompression, envi
 from delayq_local.state import allowed_targets, export_line, read_state, state_file, write_state
 from delayq_local.workload import DEFAULT_TARGETS
 
+# How often a running redrive reports its progress.
+PROGRESS_SECONDS: Final = 2.0
 # How long `delayq get` may take for its reads.
 GET_SECONDS: Final = 30.0
 # The template's outputs a redrive reads (the ingest function's environment has the rest).
@@ -489,6 +491,7 @@ def _redrive(args: argparse.Namespace, *, clock: Clock, sleep: Sleep) -> int:
                 wait_seconds=args.wait,
                 clock=clock,
                 sleep=sleep,
+                progress=None if args.json else _Progress(clock),
             )
         except ConfigurationError:
             raise
@@ -541,6 +544,26 @@ def _get(args: argparse.Namespace) -> int:
             raise LocalStackError(f"cannot read {settings.table_name}: {e}") from e
     print(json.dumps(found.as_json(), indent=2) if args.json else "\n".join(found.lines()))
     return 0 if found.found else 1
+
+
+class _Progress:
+    """A redrive's progress on stderr, at most once per `PROGRESS_SECONDS`."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._last_ms = clock()
+
+    def __call__(self, report: RedriveReport, read: int) -> None:
+        now_ms = self._clock()
+        if now_ms - self._last_ms < PROGRESS_SECONDS * 1000:
+            return
+        self._last_ms = now_ms
+        print(
+            f"redrive: {read} read, {report.moved} moved, {report.still_rejected} still "
+            f"rejected, {report.failed} failed",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _stack_of(args: argparse.Namespace) -> _Stack:

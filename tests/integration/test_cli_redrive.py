@@ -254,6 +254,23 @@ def test_rate_paces_the_moves_on_the_injected_clock(
     assert len(delay_ids(env)) == 30
 
 
+def test_a_paced_redrive_reports_its_progress_while_it_runs(
+    env: AwsResources, capsys: pytest.CaptureFixture[str], clock: FakeClock
+) -> None:
+    dead_letter(env.sqs, dlq(env), *(f"p-{i:02}" for i in range(30)))
+
+    status, out, err = delayq(capsys, clock, "delay-dlq", "--queue-url", dlq(env), "--rate", "5")
+
+    progress = [line for line in err.splitlines() if line.startswith("redrive: ")]
+    # 6 s of pacing on the fake clock, a line at most every 2 s.
+    assert 2 <= len(progress) <= 4
+    assert progress[-1].endswith("moved, 0 still rejected, 0 failed")
+    read = [int(line.split()[1]) for line in progress]
+    assert read == sorted(read)
+    assert status == 0
+    assert "moved" in out
+
+
 # --- the reject queue ------------------------------------------------------------------------
 
 

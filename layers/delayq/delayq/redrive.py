@@ -291,6 +291,7 @@ def redrive(
     wait_seconds: int = 1,
     clock: Clock = system_clock,
     sleep: Sleep = time.sleep,
+    progress: Callable[[RedriveReport, int], None] | None = None,
 ) -> RedriveReport:
     """Move up to ``limit`` source messages (default: all) out of a dead-letter queue; a
     bundle is one source message, and the report counts each delay message in it.
@@ -301,6 +302,8 @@ def redrive(
     reads and classifies but writes nothing. Messages read are hidden from other readers for
     ``hold_seconds`` and, unless moved, made visible again when the run ends. The run stops
     at ``limit``, or when a receive (long polling ``wait_seconds``) brings nothing new.
+    ``progress`` is called after each batch with the report so far and the source messages
+    read.
     """
     kind = _source_kind(source)
     if kind is RedriveSource.CLEANUP_FAILURES:
@@ -351,6 +354,8 @@ def redrive(
                 break
             run.taken += len(fresh)
             process(run, fresh)
+            if progress is not None:
+                progress(run.report, run.taken)
     finally:
         run.release()
         if bucket is not None:
