@@ -40,4 +40,4 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         sleep=time.sleep,
         deadline=Deadline.from_context(context),
     )
-    return report_emit(metrics, logger, result)
+    return report_emit(metrics, logger, result, settings)

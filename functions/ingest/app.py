@@ -38,4 +38,4 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         clock=clock,
         deadline=Deadline.from_context(context),
     )
-    return report_ingest(metrics, logger, result)
+    return report_ingest(metrics, logger, result, settings)

@@ -994,3 +994,39 @@ def test_every_output_is_described(template: dict[str, Any]) -> None:
         "AlarmTopicArn",
     }
     assert needed <= set(outputs)
+
+
+def _dashboard(resources: dict[str, Any]) -> dict[str, Any]:
+    """The dashboard body as CloudFormation would render it (placeholders for the values)."""
+    body = resources["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+    rendered = re.sub(
+        r"\$\{([^}]+)\}", lambda m: "1000" if m.group(1).endswith(("Ms", "Seconds")) else "x", body
+    )
+    parsed: dict[str, Any] = json.loads(rendered)
+    return parsed
+
+
+def test_the_dashboard_body_is_json_with_every_alarm(resources: dict[str, Any]) -> None:
+    dashboard = _dashboard(resources)
+    body = resources["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+    alarms = {k for k, r in resources.items() if r["Type"] == "AWS::CloudWatch::Alarm"}
+    [alarm_widget] = [w for w in dashboard["widgets"] if w["type"] == "alarm"]
+    assert len(alarm_widget["properties"]["alarms"]) == len(alarms)
+    assert set(re.findall(r"\$\{(\w+)\.Arn\}", body)) == alarms
+    for name in re.findall(r"\$\{(\w+)\.QueueName\}", body):
+        assert resources[name]["Type"] == "AWS::SQS::Queue", name
+
+
+def test_the_dashboard_shows_only_metrics_the_handlers_publish(resources: dict[str, Any]) -> None:
+    telemetry = (ROOT / "layers" / "delayq" / "delayq" / "telemetry.py").read_text()
+    published = set(re.findall(r'name="(\w+)"', telemetry)) | {
+        # report_ingest publishes each key of its summary as Ingest<Key>.
+        f"Ingest{key.capitalize()}"
+        for key in re.findall(r'^\s+"(\w+)": (?:len\()?result\.', telemetry, re.M)
+    }
+    body = resources["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+    ours = set(re.findall(r'\["KafkaDelayQueue", "(\w+)"', body))
+    ours |= set(re.findall(r'\[".", "(\w+)", ".", "."\]', body))
+    ours |= set(re.findall(r'MetricName=\\"(\w+)\\"', body))
+    assert {"LatenessMs", "LatenessByTargetMs", "Emitted", "WatermarkLagSeconds"} <= ours
+    assert ours <= published, ours - published

@@ -19,9 +19,12 @@ from delayq.emitter import EmitResult
 from delayq.ingest import IngestResult
 from delayq.producing import Delivery
 from delayq.scheduler import ScheduleResult
+from delayq.settings import Settings
 from tests.factories import NOW_MS, ROOT
 
 NAMESPACE = "DelayQueueTest"
+# Settings whose delivery log is off (the existing tests look at the other lines).
+QUIET = Settings(allowed_targets=("orders.*", "reminders"), delivery_log_rate=0.0)
 
 
 @pytest.fixture
@@ -78,7 +81,7 @@ def ingest_result() -> IngestResult:
 
 
 def test_report_ingest_returns_the_counts(metrics: Metrics, logger: Logger) -> None:
-    assert telemetry.report_ingest(metrics, logger, ingest_result()) == {
+    assert telemetry.report_ingest(metrics, logger, ingest_result(), QUIET) == {
         "queued": 5,
         "stored": 7,
         "cancelled": 1,
@@ -94,7 +97,7 @@ def test_report_ingest_returns_the_counts(metrics: Metrics, logger: Logger) -> N
 
 
 def test_report_ingest_emits_one_count_metric_per_outcome(metrics: Metrics, logger: Logger) -> None:
-    telemetry.report_ingest(metrics, logger, ingest_result())
+    telemetry.report_ingest(metrics, logger, ingest_result(), QUIET)
     assert emitted(metrics) == {
         "IngestQueued": ("Count", [5.0]),
         "IngestStored": ("Count", [7.0]),
@@ -113,7 +116,7 @@ def test_report_ingest_emits_one_count_metric_per_outcome(metrics: Metrics, logg
 def test_report_ingest_logs_each_rejection_with_its_reason_and_coordinates(
     metrics: Metrics, logger: Logger, log_stream: io.StringIO
 ) -> None:
-    telemetry.report_ingest(metrics, logger, ingest_result())
+    telemetry.report_ingest(metrics, logger, ingest_result(), QUIET)
     lines = log_lines(log_stream)
     assert [
         (x["level"], x["message"], x["reason"], x.get("topic"), x.get("partition"), x.get("offset"))
@@ -129,7 +132,7 @@ def test_report_ingest_logs_each_rejection_with_its_reason_and_coordinates(
 def test_report_ingest_of_a_clean_batch_logs_nothing(
     metrics: Metrics, logger: Logger, log_stream: io.StringIO
 ) -> None:
-    telemetry.report_ingest(metrics, logger, IngestResult(queued=1))
+    telemetry.report_ingest(metrics, logger, IngestResult(queued=1), QUIET)
     assert log_stream.getvalue() == ""
 
 
@@ -219,19 +222,19 @@ def emit_result() -> EmitResult:
 
 
 def test_report_emit_returns_the_failed_items_for_sqs(metrics: Metrics, logger: Logger) -> None:
-    assert telemetry.report_emit(metrics, logger, emit_result()) == {
+    assert telemetry.report_emit(metrics, logger, emit_result(), QUIET) == {
         "batchItemFailures": [{"itemIdentifier": "m-3"}, {"itemIdentifier": "m-4"}]
     }
 
 
 def test_report_emit_of_a_clean_batch_reports_no_failures(metrics: Metrics, logger: Logger) -> None:
-    assert telemetry.report_emit(metrics, logger, EmitResult()) == {"batchItemFailures": []}
+    assert telemetry.report_emit(metrics, logger, EmitResult(), QUIET) == {"batchItemFailures": []}
 
 
 def test_report_emit_emits_counts_and_one_lateness_value_per_delivery(
     metrics: Metrics, logger: Logger
 ) -> None:
-    telemetry.report_emit(metrics, logger, emit_result())
+    telemetry.report_emit(metrics, logger, emit_result(), QUIET)
     assert emitted(metrics) == {
         "Emitted": ("Count", [3.0]),
         "EmitCancelled": ("Count", [1.0]),
@@ -246,7 +249,7 @@ def test_report_emit_emits_counts_and_one_lateness_value_per_delivery(
 def test_report_emit_logs_each_error(
     metrics: Metrics, logger: Logger, log_stream: io.StringIO
 ) -> None:
-    telemetry.report_emit(metrics, logger, emit_result())
+    telemetry.report_emit(metrics, logger, emit_result(), QUIET)
     assert [(x["level"], x["message"], x["error"]) for x in log_lines(log_stream)] == [
         ("ERROR", "emit problem", "order-3: kafka: timed out"),
         ("ERROR", "emit problem", "order-4: re-delay failed: x"),
@@ -276,10 +279,64 @@ def test_report_cleanup_of_nothing_reports_zeros(metrics: Metrics) -> None:
 def test_every_metric_the_template_alarms_on_is_emitted(metrics: Metrics, logger: Logger) -> None:
     template = (ROOT / "template.yaml").read_text()
     alarmed = set(re.findall(rf"Namespace: {telemetry.NAMESPACE}\s+MetricName: (\w+)", template))
-    telemetry.report_ingest(metrics, logger, ingest_result())
+    telemetry.report_ingest(metrics, logger, ingest_result(), QUIET)
     telemetry.report_schedule(metrics, logger, schedule_result())
-    telemetry.report_emit(metrics, logger, emit_result())
+    telemetry.report_emit(metrics, logger, emit_result(), QUIET)
     telemetry.report_cleanup(metrics, [])
     assert alarmed
     assert alarmed <= set(emitted(metrics))
     assert f"POWERTOOLS_METRICS_NAMESPACE: {telemetry.NAMESPACE}" in template
+
+
+# --- per-target lateness and the delivery log ----------------------------------------------
+
+
+def test_lateness_by_target_has_one_value_per_allow_list_entry(
+    logger: Logger, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
+    deliveries = [
+        *emit_result().deliveries,
+        Delivery("orders.b", NOW_MS, NOW_MS + 3),
+        Delivery("stray", NOW_MS, NOW_MS + 7),  # allowed once, since removed from the list
+    ]
+
+    by_entry = telemetry.report_deliveries(logger, deliveries, QUIET)
+
+    assert by_entry == {"orders.*": [12, 0, 3], "reminders": [480], "other": [7]}
+    blobs = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    published = {b["target"]: b["LatenessByTargetMs"] for b in blobs}
+    assert published == {"orders.*": [12.0, 0.0, 3.0], "reminders": [480.0], "other": [7.0]}
+    for blob in blobs:
+        (directive,) = blob["_aws"]["CloudWatchMetrics"]
+        assert directive["Namespace"] == telemetry.NAMESPACE
+        assert any("target" in dimensions for dimensions in directive["Dimensions"])
+
+
+def test_the_delivery_log_samples_by_id(
+    logger: Logger, log_stream: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
+    deliveries = [Delivery("orders.a", NOW_MS, NOW_MS + 5, f"id-{i}", 2) for i in range(2000)]
+    settings = Settings(allowed_targets=("orders.*",), delivery_log_rate=0.1)
+
+    telemetry.report_deliveries(logger, deliveries, settings)
+    telemetry.report_deliveries(logger, deliveries, settings)
+
+    lines = [line for line in log_lines(log_stream) if line["message"] == "delivered"]
+    ids = [line["delay_id"] for line in lines]
+    assert 140 <= len(set(ids)) <= 260  # about 10 % of 2,000
+    assert len(ids) == 2 * len(set(ids))  # the same ids both times: chosen by id
+    first = lines[0]
+    assert (first["target"], first["attempt"], first["lateness_ms"]) == ("orders.a", 2, 5)
+    assert first["emitted_ms"] - first["due_ms"] == 5
+
+
+@pytest.mark.parametrize(("rate", "expected"), [(0.0, False), (1.0, True)])
+def test_a_delivery_log_rate_of_0_or_1_logs_none_or_all(rate: float, expected: bool) -> None:
+    assert {telemetry.logged(f"x-{i}", rate) for i in range(100)} == {expected}
+
+
+def test_the_delivery_log_rate_is_validated() -> None:
+    with pytest.raises(Exception, match=r"delivery_log_rate must be 0\.\.1"):
+        Settings(delivery_log_rate=1.5)

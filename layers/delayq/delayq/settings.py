@@ -48,6 +48,7 @@ class Settings:
     delivery_max_attempts: int = c.DEFAULT_DELIVERY_MAX_ATTEMPTS
     target_outage_max_seconds: int = c.DEFAULT_TARGET_OUTAGE_MAX_SECONDS
     direct_window_ms: int = c.DEFAULT_DIRECT_WINDOW_MS
+    delivery_log_rate: float = c.DEFAULT_DELIVERY_LOG_RATE
     # JSON, see delayq.limits (empty: no tenant has a limit).
     tenant_limits: str = ""
     # The delay queues of the other priorities (empty: those messages use the normal one).
@@ -142,6 +143,8 @@ class Settings:
             problems.append("delivery_max_attempts must be >= 1")
         if self.target_outage_max_seconds < 0:
             problems.append("target_outage_max_seconds must be >= 0")
+        if not 0 <= self.delivery_log_rate <= 1:
+            problems.append("delivery_log_rate must be 0..1")
         return problems
 
     def _kafka_problems(self) -> list[str]:
@@ -252,6 +255,7 @@ _ENV_OF = {
     "delivery_max_attempts": c.ENV_DELIVERY_MAX_ATTEMPTS,
     "target_outage_max_seconds": c.ENV_TARGET_OUTAGE_MAX_SECONDS,
     "direct_window_ms": c.ENV_DIRECT_WINDOW_MS,
+    "delivery_log_rate": c.ENV_DELIVERY_LOG_RATE,
     "tenant_limits": c.ENV_TENANT_LIMITS,
     "delay_queue_high_url": c.ENV_DELAY_QUEUE_HIGH_URL,
     "delay_queue_low_url": c.ENV_DELAY_QUEUE_LOW_URL,

@@ -5,22 +5,26 @@ Metric names are part of the operator's contract: the template's alarms use them
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any, Final
 
 from aws_lambda_powertools import Logger, Metrics
-from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 
 from delayq.cleanup import Outcome
 from delayq.emitter import EmitResult
 from delayq.ingest import IngestResult
 from delayq.producing import Delivery
 from delayq.scheduler import ScheduleResult
+from delayq.settings import Settings, topic_allowed
 
 NAMESPACE: Final = "KafkaDelayQueue"
 
 
-def report_ingest(metrics: Metrics, logger: Logger, result: IngestResult) -> dict[str, Any]:
+def report_ingest(
+    metrics: Metrics, logger: Logger, result: IngestResult, settings: Settings
+) -> dict[str, Any]:
     """Metrics and logs for one ingest batch; returns the handler's summary."""
     summary = {
         "queued": result.queued,
@@ -39,6 +43,7 @@ def report_ingest(metrics: Metrics, logger: Logger, result: IngestResult) -> dic
         metrics.add_metric(name=f"Ingest{name.capitalize()}", unit=MetricUnit.Count, value=value)
     # Direct deliveries count like the emitter's: the lateness alarm and dashboard see both.
     _record_lateness(metrics, result.deliveries)
+    report_deliveries(logger, result.deliveries, settings)
     for error in result.errors:
         logger.warning("direct path", error=error)
     for rejection in result.rejected:
@@ -79,7 +84,9 @@ def report_schedule(metrics: Metrics, logger: Logger, result: ScheduleResult) ->
     return summary
 
 
-def report_emit(metrics: Metrics, logger: Logger, result: EmitResult) -> dict[str, Any]:
+def report_emit(
+    metrics: Metrics, logger: Logger, result: EmitResult, settings: Settings
+) -> dict[str, Any]:
     """Metrics (lateness per message) and logs for one emitter batch; returns the response."""
     metrics.add_metric(name="Emitted", unit=MetricUnit.Count, value=len(result.deliveries))
     metrics.add_metric(name="EmitCancelled", unit=MetricUnit.Count, value=result.cancelled)
@@ -88,6 +95,7 @@ def report_emit(metrics: Metrics, logger: Logger, result: EmitResult) -> dict[st
     metrics.add_metric(name="EmitRejected", unit=MetricUnit.Count, value=result.rejected)
     metrics.add_metric(name="EmitFailed", unit=MetricUnit.Count, value=len(result.failed))
     _record_lateness(metrics, result.deliveries)
+    report_deliveries(logger, result.deliveries, settings)
     for error in result.errors:
         logger.error("emit problem", error=error)
     return {"batchItemFailures": [{"itemIdentifier": i} for i in result.failed]}
@@ -118,3 +126,54 @@ def _record_lateness(metrics: Metrics, deliveries: Sequence[Delivery]) -> None:
             metrics.add_metric(
                 name="CapDelayMs", unit=MetricUnit.Milliseconds, value=delivery.cap_delay_ms
             )
+
+
+def report_deliveries(
+    logger: Logger, deliveries: Sequence[Delivery], settings: Settings
+) -> dict[str, list[int]]:
+    """Per-target lateness and the sampled delivery log of one batch; returns the lateness
+    values by allow-list entry (what was published).
+
+    `LatenessByTargetMs` has the dimension `target`: the `AllowedTargets` entry the topic
+    matched (`orders.*`, or an exact name), so its number of values is bounded by the
+    allow-list, whatever topics the patterns admit. One EMF line per entry and batch.
+    """
+    by_entry: dict[str, list[int]] = {}
+    for delivery in deliveries:
+        entry = next(
+            (p for p in settings.allowed_targets if topic_allowed(delivery.target, (p,))),
+            "other",
+        )
+        by_entry.setdefault(entry, []).append(delivery.lateness_ms)
+        if logged(delivery.delay_id, settings.delivery_log_rate):
+            logger.info(
+                "delivered",
+                delay_id=delivery.delay_id,
+                target=delivery.target,
+                due_ms=delivery.due_ms,
+                emitted_ms=delivery.emitted_ms,
+                attempt=delivery.attempt,
+                lateness_ms=delivery.lateness_ms,
+            )
+    for entry, values in by_entry.items():
+        # Its own EMF line: the `target` dimension (and the function's `service`) only.
+        per_target = EphemeralMetrics(namespace=NAMESPACE)
+        per_target.add_dimension(name="target", value=entry)
+        for value in values:
+            per_target.add_metric(
+                name="LatenessByTargetMs", unit=MetricUnit.Milliseconds, value=value
+            )
+        if per_target.metric_set:  # Powertools flushes by itself every 100 values
+            per_target.flush_metrics()
+    return by_entry
+
+
+def logged(delay_id: str, rate: float) -> bool:
+    """Whether the deliveries of `delay_id` are logged at this sample rate: decided by the
+    id, so that every attempt of a sampled id is logged, on every function."""
+    if rate <= 0:
+        return False
+    if rate >= 1:
+        return True
+    digest = hashlib.blake2b(delay_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64 < rate
