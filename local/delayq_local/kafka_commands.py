@@ -18,10 +18,11 @@ import os
 import sys
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final
 
 from delayq import constants as c
+from delayq.clock import iso_ms
 from delayq.settings import topic_allowed
 from delayq_local.exceptions import LocalStackError
 from delayq_local.producer import Acknowledged, DelayProducer, Due
@@ -211,13 +212,10 @@ def _send(args: argparse.Namespace) -> int:
             "offset": ack.offset,
             "due_ms": due_ms,
         },
-        f"sent {delay_id} to {_where(ack)}: for {args.target}, due {_iso(due_ms)} (--due {due_ms})",
+        f"sent {delay_id} to {_where(ack)}: for {args.target}, due {iso_ms(due_ms)} "
+        f"(--due {due_ms})",
     )
     return 0
-
-
-def _iso(epoch_ms: int) -> str:
-    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
 def _cancel(args: argparse.Namespace) -> int:

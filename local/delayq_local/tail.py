@@ -12,11 +12,11 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 
+from delayq.clock import iso_ms
 from delayq.settings import topic_allowed
 from delayq_local.exceptions import LocalStackError
 from delayq_local.observe import Delivery, delivery_of
@@ -56,13 +56,9 @@ class Seen:
         """One human line."""
         d = self.delivery
         return (
-            f"{_iso(d.emitted_ms)}  {d.topic}[{self.partition}]@{self.offset}  id {d.delay_id}"
-            f"  due {_iso(d.due_ms)}  late {self.lateness_ms} ms  attempt {d.attempt}"
+            f"{iso_ms(d.emitted_ms)}  {d.topic}[{self.partition}]@{self.offset}  id {d.delay_id}"
+            f"  due {iso_ms(d.due_ms)}  late {self.lateness_ms} ms  attempt {d.attempt}"
         )
-
-
-def _iso(epoch_ms: int) -> str:
-    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
 def choose_topics(

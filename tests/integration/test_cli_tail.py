@@ -113,7 +113,9 @@ def wait_for_reject(
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         assert main(["rejects", "list", "--json"]) == 0
-        listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        listed: list[dict[str, Any]] = [
+            json.loads(line) for line in capsys.readouterr().out.splitlines()
+        ]
         found = [r for r in listed if r["reason"] == reason]
         if found:
             assert main(["rejects", "list", "--json"]) == 0  # still there: nothing consumed

@@ -18,10 +18,10 @@ within the horizon travel there in bundles), whether it was delivered (the targe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Final
 
 from delayq import buckets
+from delayq.clock import iso_ms
 from delayq.contract import DelayRequest
 from delayq.retry import Deadline
 from delayq.store import Marker, MessageStore
@@ -83,20 +83,20 @@ class Whereabouts:
         if marker is not None and marker.cancel is not None:
             ts, src = marker.cancel
             out.append(
-                f"  cancelled  by the record written {_iso(ts)} ({src or 'an early marker'}): "
+                f"  cancelled  by the record written {iso_ms(ts)} ({src or 'an early marker'}): "
                 "every message with this id written before it is dropped"
             )
         if marker is not None and marker.moved is not None:
             ts, src = marker.moved
-            to = _iso(marker.moved_due_ms) if marker.moved_due_ms is not None else "?"
-            out.append(f"  rescheduled to {to} by the record written {_iso(ts)} ({src})")
+            to = iso_ms(marker.moved_due_ms) if marker.moved_due_ms is not None else "?"
+            out.append(f"  rescheduled to {to} by the record written {iso_ms(ts)} ({src})")
         if self.due_ms is None:
             out.append(
                 "  stored     not looked up: pass --due (stored messages are keyed by due time)"
             )
         elif self.stored is None:
             out.append(
-                f"  stored     nothing for {_iso(self.due_ms)}: it was due within the horizon "
+                f"  stored     nothing for {iso_ms(self.due_ms)}: it was due within the horizon "
                 "when ingested (delay queue), has another due time, was removed by TTL after "
                 "its due time, or never arrived"
             )
@@ -105,8 +105,8 @@ class Whereabouts:
             state = "sent to the delay queue" if self.second_scheduled else "waiting"
             fate = " (will be dropped: a cancel or reschedule applies)" if self.dropped else ""
             out.append(
-                f"  stored     due {_iso(s.due_ms)} for {s.target}, {_size(s)} bytes, "
-                f"written {_iso(s.ts_ms)}; {state}{fate}"
+                f"  stored     due {iso_ms(s.due_ms)} for {s.target}, {_size(s)} bytes, "
+                f"written {iso_ms(s.ts_ms)}; {state}{fate}"
             )
         out.extend(f"  unknown    {line}" for line in UNKNOWABLE)
         return out
@@ -149,7 +149,3 @@ def _stored(request: DelayRequest, scheduled: bool | None) -> dict[str, Any]:
 
 def _size(request: DelayRequest) -> int:
     return request.offloaded_bytes or len(request.value or b"")
-
-
-def _iso(epoch_ms: int) -> str:
-    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds")
