@@ -35,6 +35,11 @@ from delayq_local.runtime import current_function, current_poller
 log = logging.getLogger(__name__)
 
 _DECISION: Final = "delayq_iam"
+_READER: Final = "delayq_iam_reader"
+# S3 answers a read of a missing key 404 only to a caller that may list the bucket (no prefix
+# in that check); to others 403, so that keys cannot be probed.
+_S3_READS: Final = frozenset({"GetObject", "HeadObject"})
+_S3_MISSING: Final = frozenset({"NoSuchKey", "404", "NotFound"})
 _ACTION_OF_BATCH: Final[Mapping[str, str]] = {
     "sqs:SendMessageBatch": "sqs:SendMessage",
     "sqs:DeleteMessageBatch": "sqs:DeleteMessage",
@@ -49,7 +54,7 @@ _DENIED_CODE: Final[Mapping[str, str]] = {
     "dynamodb": "AccessDeniedException",
     "dynamodb-streams": "AccessDeniedException",
     "lambda": "AccessDeniedException",
-    "secretsmanager": "AccessDeniedException",
+    "secrets-manager": "AccessDeniedException",
 }
 SUPPORTED_OPERATORS: Final = frozenset(
     {
@@ -121,7 +126,10 @@ class Condition:
         base = base.removesuffix("IfExists")
         if base not in SUPPORTED_OPERATORS:
             raise PolicyError(f"condition operator {operator} is not supported")
-        return cls(operator, key, _strings(values))
+        parsed = _strings(values)
+        if not parsed:
+            raise PolicyError(f"condition {operator} {key} has no value")
+        return cls(operator, key, parsed)
 
     def holds(self, context: Mapping[str, tuple[str, ...]]) -> bool:
         """IAM's evaluation, with missing keys as AWS treats them."""
@@ -142,13 +150,24 @@ class Condition:
 
     def _one(self, base: str, value: str) -> bool:
         """Whether one request value matches any policy value (positive form)."""
-        if base in ("StringEquals", "StringNotEquals", "ArnEquals", "ArnNotEquals"):
+        if base.startswith("Arn"):
+            # ArnEquals is ArnLike: each of the six colon-separated parts is matched apart,
+            # with wildcards inside a part only.
+            return any(_arn_like(pattern, value) for pattern in self.values)
+        if base in ("StringEquals", "StringNotEquals"):
             return value in self.values
         if base in ("StringEqualsIgnoreCase", "StringNotEqualsIgnoreCase"):
             return value.lower() in {v.lower() for v in self.values}
         if base == "Bool":
             return value.lower() in {v.lower() for v in self.values}
         return any(_like(pattern, value) for pattern in self.values)
+
+
+def _arn_like(pattern: str, value: str) -> bool:
+    wanted, given = pattern.split(":", 5), value.split(":", 5)
+    return len(wanted) == len(given) == 6 and all(
+        _like(w, g) for w, g in zip(wanted, given, strict=True)
+    )
 
 
 @dataclass(frozen=True)
@@ -171,6 +190,11 @@ class Statement:
             raise PolicyError(f"statement {raw.get('Sid', '')!r}: Effect {effect!r}")
         if "Principal" in raw or "NotPrincipal" in raw:
             raise PolicyError(f"statement {raw.get('Sid', '')!r}: a role policy has no Principal")
+        for pair in (("Action", "NotAction"), ("Resource", "NotResource")):
+            if (pair[0] in raw) == (pair[1] in raw):
+                raise PolicyError(
+                    f"statement {raw.get('Sid', '')!r}: give exactly one of {' or '.join(pair)}"
+                )
         conditions = tuple(
             Condition.parse(operator, key, values)
             for operator, block in (raw.get("Condition") or {}).items()
@@ -446,7 +470,7 @@ _MAPPERS: Final[Mapping[str, _Mapper]] = {
     "dynamodb-streams": _dynamodb_streams,
     "s3": _s3,
     "lambda": _lambda,
-    "secretsmanager": _secrets,
+    "secrets-manager": _secrets,
     "cloudwatch": _account_wide("cloudwatch"),
 }
 
@@ -502,7 +526,7 @@ class IamGuard:
         denial: Denial | None
         try:
             requests = requests_for(service, operation, params, self.where)
-        except (PolicyError, KeyError, ValueError) as e:
+        except (PolicyError, KeyError, ValueError, TypeError, AttributeError) as e:
             denial = Denial(function, call, "an IAM request", f"cannot be checked: {e}")
         else:
             denial = None
@@ -528,6 +552,7 @@ class IamGuard:
             return self
         events.register("before-parameter-build", self._decide, unique_id=self._id("decide"))
         events.register("before-call", self._refuse, unique_id=self._id("refuse"))
+        events.register("after-call", self._missing_key, unique_id=self._id("missing"))
         self._emitters.append(events)
         return self
 
@@ -536,6 +561,7 @@ class IamGuard:
         for events in self._emitters:
             events.unregister("before-parameter-build", unique_id=self._id("decide"))
             events.unregister("before-call", unique_id=self._id("refuse"))
+            events.unregister("after-call", unique_id=self._id("missing"))
         self._emitters.clear()
 
     def _id(self, handler: str) -> str:
@@ -551,6 +577,26 @@ class IamGuard:
         denial = self.check(function, service, model.name, params)
         if denial is not None:
             context[_DECISION] = (service, denial)
+        elif service == "s3" and model.name in _S3_READS:
+            context[_READER] = (function, str(params.get("Bucket", "")))
+
+    def _missing_key(self, parsed: Any, context: dict[str, Any], **_: Any) -> None:
+        """A missing key's 404 becomes S3's 403 when the reader may not list the bucket."""
+        reader: tuple[str, str] | None = context.get(_READER)
+        error = parsed.get("Error", {}) if isinstance(parsed, dict) else {}
+        if reader is None or error.get("Code") not in _S3_MISSING:
+            return
+        function, bucket = reader
+        listing = Request("s3:ListBucket", f"arn:aws:s3:::{bucket}")
+        allowed, why = self.policies[function].decide(listing)
+        if allowed:
+            return
+        denial = Denial(function, "s3.GetObject of a missing key", listing.describe(), why)
+        with self._lock:
+            self._denials.append(denial)
+        log.error("IAM would refuse %s", denial)
+        error.update(Code="AccessDenied", Message=f"Access Denied ({denial})")
+        parsed.setdefault("ResponseMetadata", {})["HTTPStatusCode"] = 403
 
     def _refuse(self, context: dict[str, Any], **_: Any) -> tuple[AWSResponse, Any] | None:
         decided: tuple[str, Denial] | None = context.get(_DECISION)

@@ -250,8 +250,8 @@ def _reschedule(args: argparse.Namespace) -> int:
             "delay_seconds": args.delay,
         },
         f"reschedule for {args.delay_id} written to {_where(ack)}: the message due at "
-        f"{args.due} moves to "
-        + (f"{args.at}" if args.at is not None else f"{args.delay:g}s from now")
+        f"{iso_ms(args.due)} moves to "
+        + (iso_ms(args.at) if args.at is not None else f"{args.delay:g}s from now")
         + " if ingest records it at least the emitter's hold + 2 s before that; otherwise "
         "the record goes to the reject queue with its reason",
     )

@@ -11,12 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from delayq import constants as c
 from delayq_local import AwsEndpoint, EmbeddedStack, StackConfig, load_template, provision
 from delayq_local.iam import IamGuard
 from delayq_local.producer import DelayProducer, Due
 from delayq_local.provision import Deployment
+from delayq_local.runtime import acting_as
 from delayq_local.stack import LOCAL_PARAMETERS, TimeCompression, iam_guard
 from tests.integration.support import PROJECT_ROOT
 
@@ -147,10 +149,36 @@ def test_payloads_are_read_by_the_emitter_and_deleted_by_no_one(real: Deployment
     assert not refused(guard, "IngestFunction", "s3", "PutObject", payload)
     for function in real.functions:
         assert refused(guard, function, "s3", "DeleteObject", payload), function
-    # ListBucket (so that a missing payload is NoSuchKey, not AccessDenied) under the prefix.
-    listing = {"Bucket": bucket, "Prefix": "payloads/2026/x"}
-    assert not refused(guard, "EmitterFunction", "s3", "ListObjectsV2", listing)
-    assert refused(guard, "EmitterFunction", "s3", "ListObjectsV2", {"Bucket": bucket})
+    # ListBucket, so that a missing payload is NoSuchKey (S3 checks it with no prefix).
+    assert not refused(guard, "EmitterFunction", "s3", "ListObjectsV2", {"Bucket": bucket})
+
+
+@pytest.mark.parametrize(
+    ("edits", "code"),
+    [
+        ((), "NoSuchKey"),
+        ((without_statement("EmitterRole", "MissingPayloadIsNotFound"),), "AccessDenied"),
+    ],
+)
+def test_a_missing_payload_is_not_found_only_to_a_role_that_may_list_the_bucket(
+    endpoint: AwsEndpoint,
+    stack_name: str,
+    tmp_path: Path,
+    edits: tuple[Edit, ...],
+    code: str,
+) -> None:
+    deployment = deploy(endpoint, stack_name, template_copy(tmp_path, *edits))
+    guard = iam_guard(deployment)
+    s3 = endpoint.client("s3")
+    guard.install(s3.meta.events)
+    bucket = deployment.resources["PayloadBucket"].ref
+    try:
+        with acting_as("EmitterFunction"), pytest.raises(ClientError) as raised:
+            s3.get_object(Bucket=bucket, Key="payloads/2026/gone")
+    finally:
+        guard.remove()
+    assert raised.value.response["Error"]["Code"] == code
+    assert len(guard.denials) == (code == "AccessDenied")
 
 
 def test_the_cleanup_event_source_reads_the_table_stream(real: Deployment) -> None:

@@ -172,3 +172,46 @@ def test_a_call_that_cannot_be_mapped_is_an_error(
 ) -> None:
     with pytest.raises(PolicyError):
         requests_for(service, operation, params, WHERE)
+
+
+def test_arn_operators_match_each_part_apart() -> None:
+    like = Condition.parse("ArnLike", "aws:SourceArn", ["arn:aws:lambda:*:123:function:f-*"])
+    equals = Condition.parse("ArnEquals", "aws:SourceArn", ["arn:aws:lambda:*:123:function:*"])
+    lambda_arn = "arn:aws:lambda:us-east-1:123:function:f-1"
+
+    assert like.holds({"aws:SourceArn": (lambda_arn,)})
+    assert equals.holds({"aws:SourceArn": (lambda_arn,)})  # ArnEquals takes wildcards too
+    # A wildcard does not reach across the colon-separated parts.
+    assert not like.holds({"aws:SourceArn": ("arn:aws:lambda:us-east-1:999:123:function:f-1",)})
+    assert not like.holds({"aws:SourceArn": ("not-an-arn",)})
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        {"Effect": "Allow", "Resource": "*"},
+        {"Effect": "Allow", "Action": "s3:*"},
+        {"Effect": "Allow", "Action": "s3:*", "NotAction": "s3:Get*", "Resource": "*"},
+    ],
+)
+def test_a_statement_needs_one_action_and_one_resource_element(statement: dict[str, Any]) -> None:
+    with pytest.raises(PolicyError, match="exactly one of"):
+        policy(statement)
+
+
+def test_a_condition_without_a_value_is_rejected() -> None:
+    with pytest.raises(PolicyError, match="has no value"):
+        Condition.parse("Null", "s3:prefix", [])
+
+
+def test_secrets_manager_calls_are_mapped_under_botocores_service_name() -> None:
+    [request] = requests_for(
+        "secrets-manager",
+        "GetSecretValue",
+        {"SecretId": "arn:aws:secretsmanager:r:1:secret:k"},
+        WHERE,
+    )
+
+    assert request == Request(
+        "secretsmanager:GetSecretValue", "arn:aws:secretsmanager:r:1:secret:k"
+    )

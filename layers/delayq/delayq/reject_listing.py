@@ -50,7 +50,8 @@ class RejectView:
                 message.message_id, "unreadable", message.body[:200], None, "", None, (), None,
                 "", None,
             )  # fmt: skip
-        source = body.get("source") or {}
+        raw_source = body.get("source")
+        source: dict[str, Any] = raw_source if isinstance(raw_source, dict) else {}
         raw_record = body.get("record")
         record: dict[str, Any] = raw_record if isinstance(raw_record, dict) else {}
         headers = _headers(record.get("headers") or [])
@@ -103,9 +104,11 @@ def list_rejects(
     while len(held) < limit and not deadline.expired():
         received = source.receive(min(10, limit - len(held)), HOLD_SECONDS, wait_seconds, deadline)
         fresh = [m for m in received if m.message_id not in held]
+        # A message received again (its hold ran out) is kept with its newest receipt handle,
+        # the one its release must use.
+        held.update((m.message_id, m) for m in received)
         if not fresh:
             break
-        held.update((m.message_id, m) for m in fresh)
     errors = source.release(list(held.values()), deadline) if held else []
     return [RejectView.of(m) for m in held.values()], errors
 
