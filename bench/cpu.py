@@ -146,14 +146,6 @@ def _measure_interleaved(
     return out
 
 
-def _measure(
-    prepare: Callable[[], _Run], repeats: int
-) -> tuple[list[float], list[float], int, int]:
-    """Time ``repeats`` fresh runs after one warm-up; returns (msgs/s, cpu s, msgs, invocations)."""
-    t = _measure_interleaved({"run": prepare}, repeats)["run"]
-    return t.rates, t.cpus, t.messages, t.invocations
-
-
 def profile_top(prepare: Callable[[], _Run], limit: int = 18) -> list[str]:
     """cProfile one run: the functions with the most own time (file:line(function), share)."""
     run = prepare()
@@ -482,10 +474,8 @@ def measure_with_floor(
     )
 
     prepare, inputs = prepare_scheduler(cfg)
-    rates, cpus, messages, invocations = _measure(prepare, cfg.repeats)
-    figures["scheduler"] = _figure(
-        "scheduler", _Timings(rates, cpus, messages, invocations), inputs, None, cfg.repeats
-    )
+    scheduler_t = _measure_interleaved({"run": prepare}, cfg.repeats)["run"]
+    figures["scheduler"] = _figure("scheduler", scheduler_t, inputs, None, cfg.repeats)
 
     emitter_prepare, emitter_in = prepare_emitter(cfg)
     plans: dict[str, Callable[[], _Run]] = {"fake": emitter_prepare}

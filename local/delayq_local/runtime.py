@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,14 +34,19 @@ def current_function() -> str:
 
 
 @contextmanager
-def acting_as(function: str) -> Iterator[None]:
-    """Attribute what this thread does meanwhile to `function` (a logical id)."""
-    previous = current_function()
-    _caller.function = function
+def _attributed(role: str, function: str) -> Iterator[None]:
+    """Set this thread's `role` attribute ("function" or "poller") meanwhile."""
+    previous = getattr(_caller, role, "")
+    setattr(_caller, role, function)
     try:
         yield
     finally:
-        _caller.function = previous
+        setattr(_caller, role, previous)
+
+
+def acting_as(function: str) -> AbstractContextManager[None]:
+    """Attribute what this thread does meanwhile to `function` (a logical id)."""
+    return _attributed("function", function)
 
 
 def current_poller() -> str:
@@ -50,15 +55,9 @@ def current_poller() -> str:
     return str(getattr(_caller, "poller", ""))
 
 
-@contextmanager
-def polling_for(function: str) -> Iterator[None]:
+def polling_for(function: str) -> AbstractContextManager[None]:
     """Attribute this thread's calls outside invocations to `function`'s event source."""
-    previous = current_poller()
-    _caller.poller = function
-    try:
-        yield
-    finally:
-        _caller.poller = previous
+    return _attributed("poller", function)
 
 
 class _OwnedClient:

@@ -139,12 +139,14 @@ def report_deliveries(
     allow-list, whatever topics the patterns admit. One EMF line per entry and batch.
     """
     by_entry: dict[str, list[int]] = {}
+    entry_of: dict[str, str] = {}  # a batch has few targets: match each once
     for delivery in deliveries:
-        entry = next(
-            (p for p in settings.allowed_targets if topic_allowed(delivery.target, (p,))),
-            "other",
-        )
-        by_entry.setdefault(entry, []).append(delivery.lateness_ms)
+        if delivery.target not in entry_of:
+            entry_of[delivery.target] = next(
+                (p for p in settings.allowed_targets if topic_allowed(delivery.target, (p,))),
+                "other",
+            )
+        by_entry.setdefault(entry_of[delivery.target], []).append(delivery.lateness_ms)
         if logged(delivery.delay_id, settings.delivery_log_rate):
             logger.info(
                 "delivered",
