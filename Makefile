@@ -13,7 +13,7 @@ PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check --no-com
 # Test workers: pytest-xdist processes (the integration tests give each its own moto server,
 # mock Kafka cluster, stack names and results folder).
 WORKERS ?= auto
-CODE := layers/delayq/delayq functions local/delayq_local spark_glue tests bench
+CODE := layers/delayq/delayq functions local/delayq_local spark_glue tests bench testkit sim
 
 .DEFAULT_GOAL := help
 # Checks that other parts add to `make test` (template scans, Spark, ...), from mk/*.mk.
@@ -42,7 +42,7 @@ venv: $(STAMP) ## create .venv with every pinned dependency (tests, lint, Spark)
 lint: $(STAMP) ## ruff (lint + format check) and mypy
 	$(PY) -m ruff check $(CODE)
 	$(PY) -m ruff format --check $(CODE)
-	$(PY) -m mypy layers/delayq/delayq functions bench
+	$(PY) -m mypy layers/delayq/delayq functions bench testkit sim
 
 format: $(STAMP) ## apply ruff format and safe fixes
 	$(PY) -m ruff format $(CODE)

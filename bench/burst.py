@@ -21,13 +21,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
 from bench.cost import Assumptions, cpu_wall_ms
-from bench.harness import FakeClock, InMemoryPipeline
+from bench.harness import InMemoryPipeline
 from bench.template import FunctionConfig
-from bench.workload import NOW_MS, batched, delay_request
+from bench.workload import batched, delay_request
 from delayq import buckets
 from delayq.contract import decode_body
 from delayq.retry import Deadline
 from delayq.scheduler import run_scheduler
+from testkit.clock import NOW_MS, FakeClock
 
 # Documented AWS limits (DESIGN.md section 5 and the service quotas pages).
 DDB_PARTITION_WCU: Final = 1000

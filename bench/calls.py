@@ -19,12 +19,10 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from bench.fakes import RequestCounter
 from bench.harness import InMemoryPipeline
 from bench.workload import (
     DELAY_TOPIC,
     ISSUE_7,
-    NOW_MS,
     Workload,
     batched,
     header,
@@ -32,6 +30,8 @@ from bench.workload import (
     kafka_record,
 )
 from delayq import buckets
+from testkit.aws import RequestCounter
+from testkit.clock import NOW_MS
 
 INGEST_BATCH: Final = 100
 # Event source calls, made by Lambda on our behalf (billed to us like any other request).
@@ -324,7 +324,7 @@ class CallFigures:
             "source included); dynamodb_writes_long / dynamodb_reads_long: on-demand request "
             "units (WRU / RRU, what DynamoDB bills) per long-delay message; *_calls_long: API "
             "calls per long-delay message",
-            "source": "in-memory clients (bench.fakes), real services",
+            "source": "in-memory clients (testkit.aws), real services",
             "by_path": {name: p.summary() for name, p in self.paths.items()},
         }
 

@@ -27,7 +27,6 @@ from bench.harness import InMemoryPipeline, bench_settings
 from bench.template import deployed
 from bench.workload import (
     ISSUE_7,
-    NOW_MS,
     VALUE_BYTES,
     Workload,
     batched,
@@ -39,6 +38,7 @@ from bench.workload import (
 )
 from delayq import buckets
 from delayq.kafka import KafkaDelivery
+from testkit.clock import NOW_MS
 
 # Ten times the 1,500 creates/s per core that Lmstfy publishes for its single-node benchmark.
 TARGET_PER_SECOND: Final = 15_000

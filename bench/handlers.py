@@ -29,13 +29,13 @@ from bench.harness import InMemoryPipeline
 from bench.template import deployed
 from bench.workload import (
     ISSUE_7,
-    NOW_MS,
     batched,
     emitter_events,
     kafka_event,
     kafka_record,
     mixed_delays_ms,
 )
+from testkit.clock import NOW_MS
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 

@@ -1,5 +1,5 @@
 """The real services (``delayq.ingest``, ``delayq.scheduler``, ``delayq.emitter``) wired to
-the in-memory clients of :mod:`bench.fakes`, with a clock that only moves when told.
+the in-memory clients of :mod:`testkit.aws`, with a clock that only moves when told.
 
 :class:`InMemoryPipeline` also models the Lambda SQS event source explicitly: it receives up
 to 10 messages a call (``ReceiveMessage``), invokes the emitter, and deletes what the emitter
@@ -12,19 +12,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from bench.fakes import FakeDynamoDB, FakeS3, FakeSqs, InMemoryProducer, RequestCounter
 from bench.template import deployed
-from bench.workload import ALLOWED_TARGETS, NOW_MS, sqs_record
+from bench.workload import ALLOWED_TARGETS, sqs_record
 from delayq.emitter import EmitResult, EmitterServices, emit_batch, messages_from_event
 from delayq.ingest import IngestResult, IngestServices, ingest_batch
 from delayq.kafka import KafkaDelivery
 from delayq.payloads import PayloadStore
 from delayq.queues import DelayQueue, RejectQueue, SqsQueue
-from delayq.retry import Backoff, Deadline
+from delayq.retry import Deadline
 from delayq.scheduler import ScheduleResult, run_scheduler
 from delayq.settings import Settings
 from delayq.stats import DeliveryStats
 from delayq.store import MessageStore
+from testkit.aws import FakeDynamoDB, FakeS3, FakeSqs, InMemoryProducer, RequestCounter
+from testkit.clock import NOW_MS, FakeClock, no_sleep_backoff
 
 TABLE: Final = "delayq-messages"
 BUCKET: Final = "delayq-payloads"
@@ -33,27 +34,6 @@ BUCKET: Final = "delayq-payloads"
 # of the delay queue.
 SQS_RECEIVE_MAX: Final = 10
 VISIBILITY_TIMEOUT_S: Final = 180
-
-
-class FakeClock:
-    """Epoch milliseconds that move only when told, or when something sleeps on them."""
-
-    def __init__(self, now_ms: int = NOW_MS) -> None:
-        self.now_ms = now_ms
-        self.slept_ms = 0
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-    def advance(self, ms: int) -> None:
-        """Move time forward."""
-        self.now_ms += ms
-
-    def sleep(self, seconds: float) -> None:
-        """What the emitter calls to hold a message: time moves, nothing waits."""
-        ms = max(1, round(seconds * 1000))
-        self.slept_ms += ms
-        self.now_ms += ms
 
 
 def bench_settings(**overrides: Any) -> Settings:
@@ -69,11 +49,6 @@ def bench_settings(**overrides: Any) -> Settings:
     }
     values.update(overrides)
     return Settings(**values)
-
-
-def no_sleep_backoff() -> Backoff:
-    """The layer's back-off policy without real pauses (the fakes never throttle)."""
-    return Backoff(sleep=lambda _: None)
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The stored item of a 1 KB message: its size in bytes and write units, for a JSON event and
 for an incompressible value, and what compressing it costs.
 
-Sizes are DynamoDB's (attribute names + values, :func:`bench.fakes.item_size`) of the items
+Sizes are DynamoDB's (attribute names + values, :func:`testkit.aws.item_size`) of the items
 ``delayq.store.message_item`` builds; times are ``time.process_time()`` per value, best of 5.
 """
 
@@ -16,10 +16,11 @@ from functools import partial
 from typing import Any, Final
 
 from bench.cost import incompressible_value, largest_incompressible_value_in_one_wru
-from bench.fakes import item_size, write_units
-from bench.workload import NOW_MS, VALUE_BYTES, VALUE_VARIANTS, delay_request, message_value
+from bench.workload import VALUE_BYTES, VALUE_VARIANTS, delay_request, message_value
 from delayq import constants as c
 from delayq.store import message_item
+from testkit.aws import item_size, write_units
+from testkit.clock import NOW_MS
 
 _REPEATS: Final = 5
 

@@ -3,7 +3,7 @@
 A child process (a fresh interpreter, so nothing of the benchmark's own state counts) loads
 ``functions/emitter/app.py`` with Powertools, builds the emitter's real services
 (``delayq.runtime.emitter_services``: boto3 clients and a confluent-kafka producer) and hands
-the producer to services whose AWS side is the in-memory clients of :mod:`bench.fakes` (the
+the producer to services whose AWS side is the in-memory clients of :mod:`testkit.aws` (the
 cancel-marker reads and the statistics writes answer from memory, not over the network; the
 boto3 clients stay alive, so their memory counts, and the TLS contexts their first HTTPS
 connections would load are loaded). The producer talks Kafka to librdkafka's
@@ -117,7 +117,7 @@ def measure_emitter_memory(batches: int = 100) -> MemoryFigure:
         python=child["python"],
         method="VmHWM of a fresh interpreter running functions/emitter/app.py (Powertools, "
         "real boto3 clients and their TLS contexts, confluent-kafka producer -> librdkafka mock "
-        "cluster in the parent; DynamoDB/SQS calls answered by bench.fakes) over batches of due "
+        "cluster in the parent; DynamoDB/SQS calls answered by testkit.aws) over batches of due "
         "1 KB messages; "
         f"suggested = smallest setting >= {HEADROOM:g} x (peak + {RUNTIME_ALLOWANCE_MB} MB "
         "runtime allowance, assumed)",

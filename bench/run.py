@@ -18,13 +18,13 @@ from bench import memory as memory_mod
 from bench.burst import scale_out_model, scheduler_probe, steady_emitter_concurrency
 from bench.fairness import FairnessOptions, aws_scale_model
 from bench.fairness import measure_local as measure_fairness
-from bench.fakes import write_units
 from bench.handlers import measure_handlers
 from bench.harness import bench_settings
 from bench.local import LocalOptions
 from bench.local import measure as measure_local
 from bench.machine import describe
 from bench.workload import ISSUE_7
+from testkit.aws import write_units
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,9 @@ from typing import Any, Final
 
 from bench.payload import order_event
 from delayq.contract import DelayRequest, Envelope
+from testkit.clock import NOW_MS
 
 DAY_SECONDS: Final = 86_400
-# 2026-11-21T08:00:00Z, the same fixed "now" as the tests.
-NOW_MS: Final = 1_795_248_000_000
 DELAY_TOPIC: Final = "delay-requests"
 TARGET: Final = "orders.timeout"
 ALLOWED_TARGETS: Final = ("orders.*", "reminders")

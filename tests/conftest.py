@@ -10,7 +10,8 @@ import pytest
 from moto import mock_aws
 
 from delayq.settings import Settings
-from tests.factories import REGION, TARGETS, AwsResources, FakeClock, LambdaContext
+from testkit.clock import FakeClock
+from tests.factories import REGION, TARGETS, AwsResources, LambdaContext
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import importlib.util
 import json
-import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,36 +16,16 @@ from confluent_kafka import KafkaError
 from hypothesis import settings as hypothesis_settings
 
 from delayq.contract import DelayRequest
-from delayq.retry import Backoff
 from delayq.settings import Settings
 from delayq.store import MessageStore
+from testkit.clock import NOW_MS, no_sleep_backoff
 
 ROOT = Path(__file__).resolve().parent.parent
 EVENTS = ROOT / "events"
 REGION = "us-east-1"
 TARGETS = ("orders.*", "reminders")
-# 2026-11-21T08:00:00Z: a fixed "now" for tests that freeze time.
-NOW_MS = 1_795_248_000_000
 # Property tests: no per-example deadline, since coverage runs are several times slower.
 PROPERTY = hypothesis_settings(deadline=None)
-
-
-class FakeClock:
-    """Epoch-millisecond clock that only moves when told (or when something sleeps on it)."""
-
-    def __init__(self, now_ms: int = NOW_MS) -> None:
-        self.now_ms = now_ms
-        self.slept: list[float] = []
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-    def advance(self, ms: int) -> None:
-        self.now_ms += ms
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now_ms += max(1, round(seconds * 1000))
 
 
 @dataclass
@@ -391,13 +370,6 @@ def store_of(client: Any, settings: Settings) -> MessageStore:
         max_delay_seconds=settings.max_delay_seconds,
         backoff=no_sleep_backoff(),
     )
-
-
-def no_sleep_backoff(
-    max_attempts: int = 8, sleep: Callable[[float], None] | None = None
-) -> Backoff:
-    """Back-off that never really sleeps (pass ``FakeClock.sleep`` to record the pauses)."""
-    return Backoff(max_attempts=max_attempts, rng=random.Random(7), sleep=sleep or (lambda _: None))
 
 
 def client_error(code: str, *, status: int = 400, operation: str = "Operation") -> ClientError:

@@ -15,25 +15,14 @@ from delayq.ingest import IngestResult, IngestServices, ingest_batch
 from delayq.kafka import KafkaDelivery
 from delayq.payloads import PayloadStore
 from delayq.queues import DelayQueue, RejectQueue, SqsQueue, TickQueue
-from delayq.retry import Backoff, Deadline
+from delayq.retry import Deadline
 from delayq.scheduler import ScheduleResult, run_scheduler
 from delayq.settings import Settings
 from delayq.shaping import Shaper
 from delayq.stats import DeliveryStats, FlushPolicy
 from delayq.store import MessageStore, Watermark
-from tests.factories import (
-    AwsResources,
-    FakeClock,
-    FakeProducer,
-    RecordingSqs,
-    SentEntry,
-    sqs_event,
-    store_of,
-)
-
-
-def no_sleep_backoff() -> Backoff:
-    return Backoff(sleep=lambda _: None)
+from testkit.clock import FakeClock, no_sleep_backoff
+from tests.factories import AwsResources, FakeProducer, RecordingSqs, SentEntry, sqs_event, store_of
 
 
 @dataclass

@@ -15,7 +15,8 @@ from delayq.exceptions import DelayQueueError
 from delayq.payloads import payload_key
 from delayq.queues import DelayQueue, SqsQueue
 from delayq.store import Watermark, message_item
-from tests.factories import NOW_MS, ClientProxy, client_error
+from testkit.clock import NOW_MS
+from tests.factories import ClientProxy, client_error
 from tests.functional.conftest import Pipeline
 
 TTL_IDENTITY = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}

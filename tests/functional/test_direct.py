@@ -13,15 +13,9 @@ from delayq.contract import decode_body
 from delayq.exceptions import DelayQueueError
 from delayq.ingest import IngestResult
 from delayq.queues import DelayQueue, SqsQueue
-from tests.factories import (
-    NOW_MS,
-    ClientProxy,
-    FakeProducer,
-    client_error,
-    kafka_event,
-    kafka_record,
-)
-from tests.functional.conftest import Pipeline, no_sleep_backoff
+from testkit.clock import NOW_MS, no_sleep_backoff
+from tests.factories import ClientProxy, FakeProducer, client_error, kafka_event, kafka_record
+from tests.functional.conftest import Pipeline
 
 
 def ingest(

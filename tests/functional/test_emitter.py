@@ -13,8 +13,8 @@ from delayq.payloads import PayloadStore, payload_key
 from delayq.queues import DelayQueue, SqsQueue
 from delayq.retry import Deadline
 from delayq.stats import DeliveryStats, FlushPolicy
+from testkit.clock import NOW_MS, no_sleep_backoff
 from tests.factories import (
-    NOW_MS,
     ClientProxy,
     FakeProducer,
     SentEntry,
@@ -22,7 +22,7 @@ from tests.factories import (
     kafka_event,
     kafka_record,
 )
-from tests.functional.conftest import Pipeline, no_sleep_backoff
+from tests.functional.conftest import Pipeline
 
 
 def entry(

@@ -15,15 +15,14 @@ from delayq.emitter import EmitResult, emit_batch, messages_from_event
 from delayq.payloads import PayloadStore, payload_key
 from delayq.queues import DelayQueue, SqsQueue
 from delayq.retry import Deadline
+from testkit.clock import NOW_MS, no_sleep_backoff
 from tests.factories import (
-    NOW_MS,
     ClientProxy,
     FakeProducer,
     SentEntry,
     client_error,
     kafka_event,
     kafka_record,
-    no_sleep_backoff,
     sqs_event,
 )
 from tests.functional.conftest import Pipeline

@@ -17,8 +17,9 @@ from delayq.contract import Reason, decode_body
 from delayq.producing import Delivery
 from delayq.queues import DelayQueue, SqsQueue
 from delayq.shaping import Shaper
-from tests.factories import NOW_MS, kafka_event, kafka_record
-from tests.functional.conftest import Pipeline, no_sleep_backoff
+from testkit.clock import NOW_MS, no_sleep_backoff
+from tests.factories import kafka_event, kafka_record
+from tests.functional.conftest import Pipeline
 
 LIMITS = {
     "bulk": {"release_per_second": 40},

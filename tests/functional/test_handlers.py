@@ -12,15 +12,8 @@ from delayq.contract import Envelope
 from delayq.payloads import parse_ref, payload_key
 from delayq.retry import Deadline
 from delayq.store import MessageStore
-from tests.factories import (
-    NOW_MS,
-    AwsResources,
-    FakeClock,
-    FakeProducer,
-    LambdaContext,
-    load_event,
-    load_handler,
-)
+from testkit.clock import NOW_MS, FakeClock
+from tests.factories import AwsResources, FakeProducer, LambdaContext, load_event, load_handler
 
 SAMPLE_PAYLOAD_BUCKET = "delayq-payloadbucket-1x2y3z4w5v6u"  # events/delay_queue_batch.json
 

@@ -30,7 +30,8 @@ from delayq.contract import DelayRequest, Envelope, Reason, decode_body
 from delayq.exceptions import MalformedEventError
 from delayq.payloads import parse_ref
 from delayq.store import request_from_item
-from tests.factories import NOW_MS, FakeProducer, SentEntry, kafka_event, kafka_record
+from testkit.clock import NOW_MS
+from tests.factories import FakeProducer, SentEntry, kafka_event, kafka_record
 from tests.functional.conftest import Pipeline
 
 HOSTILE = hypothesis_settings(

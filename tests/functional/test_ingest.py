@@ -10,8 +10,9 @@ import pytest
 from delayq import buckets
 from delayq.exceptions import MalformedEventError, RetriesExhaustedError
 from delayq.store import Marker, MessageStore, Watermark
-from tests.factories import NOW_MS, kafka_event, kafka_record
-from tests.functional.conftest import Pipeline, no_sleep_backoff
+from testkit.clock import NOW_MS, no_sleep_backoff
+from tests.factories import kafka_event, kafka_record
+from tests.functional.conftest import Pipeline
 
 
 def stored_items(p: Pipeline) -> list[dict[str, object]]:

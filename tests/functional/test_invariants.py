@@ -14,7 +14,8 @@ from collections import Counter
 import pytest
 
 from delayq.retry import Deadline
-from tests.factories import NOW_MS, kafka_event, kafka_record
+from testkit.clock import NOW_MS
+from tests.factories import kafka_event, kafka_record
 from tests.functional.conftest import Pipeline
 
 

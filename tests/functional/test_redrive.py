@@ -25,18 +25,16 @@ from delayq.redrive import (
     redrive_services,
 )
 from delayq.store import MessageStore, message_item
+from testkit.clock import NOW_MS, FakeClock, no_sleep_backoff
 from tests.factories import (
-    NOW_MS,
     PROPERTY,
     TARGETS,
     ClientProxy,
-    FakeClock,
     SentEntry,
     client_error,
     delay_request,
     kafka_event,
     kafka_record,
-    no_sleep_backoff,
 )
 from tests.functional.conftest import Pipeline
 

@@ -12,7 +12,8 @@ from delayq import buckets
 from delayq.contract import decode_body
 from delayq.emitter import EmitResult
 from delayq.ingest import IngestResult
-from tests.factories import NOW_MS, ClientProxy, kafka_event, kafka_record
+from testkit.clock import NOW_MS
+from tests.factories import ClientProxy, kafka_event, kafka_record
 from tests.functional.conftest import Pipeline
 
 OLD_DUE_MS = NOW_MS + 1200_000  # beyond the pipeline's horizon (300 s): stored

@@ -15,7 +15,8 @@ from delayq.queues import TickQueue
 from delayq.retry import Deadline
 from delayq.scheduler import fire_timer
 from delayq.store import Watermark
-from tests.factories import NOW_MS, ClientProxy, FakeClock, kafka_event, kafka_record
+from testkit.clock import NOW_MS, FakeClock
+from tests.factories import ClientProxy, kafka_event, kafka_record
 from tests.functional.conftest import Pipeline
 
 

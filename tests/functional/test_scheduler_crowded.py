@@ -19,7 +19,8 @@ from delayq.queues import DelayQueue
 from delayq.retry import Deadline
 from delayq.scheduler import ScheduleResult, run_scheduler
 from delayq.store import Watermark
-from tests.factories import NOW_MS, ClientProxy, kafka_event, kafka_record
+from testkit.clock import NOW_MS
+from tests.factories import ClientProxy, kafka_event, kafka_record
 from tests.functional.conftest import Pipeline
 
 DUE_MS = NOW_MS + 3_600_000

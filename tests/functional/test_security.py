@@ -21,8 +21,8 @@ from delayq.emitter import emit_batch, messages_from_event
 from delayq.exceptions import ConfigurationError
 from delayq.kafka import producer_config
 from delayq.settings import Settings
+from testkit.clock import NOW_MS
 from tests.factories import (
-    NOW_MS,
     PROPERTY,
     REGION,
     ROOT,

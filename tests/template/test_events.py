@@ -25,7 +25,8 @@ from delayq.emitter import messages_from_event
 from delayq.settings import Settings
 from delayq.store import request_from_item
 from delayq_local.filters import EventFilter
-from tests.factories import NOW_MS, TARGETS, load_event
+from testkit.clock import NOW_MS
+from tests.factories import TARGETS, load_event
 
 SETTINGS = Settings(allowed_targets=TARGETS)
 EVENTS = (

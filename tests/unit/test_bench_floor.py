@@ -8,11 +8,12 @@ import json
 import pytest
 
 from bench import cpu, floor
-from bench.fakes import InMemoryProducer, ProducedRecord
 from bench.harness import InMemoryPipeline
 from bench.report import _floor_rows
-from bench.workload import NOW_MS, delay_request
+from bench.workload import delay_request
 from delayq.contract import Envelope, encode_bundle
+from testkit.aws import InMemoryProducer, ProducedRecord
+from testkit.clock import NOW_MS
 
 TINY = cpu.CpuSettings(
     ingest_batches=2,

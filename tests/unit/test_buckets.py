@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from delayq import buckets
 from delayq.buckets import Route
 from delayq.settings import Settings
-from tests.factories import NOW_MS, PROPERTY
+from testkit.clock import NOW_MS
+from tests.factories import PROPERTY
 
 HORIZON = 900
 LOOKAHEAD = 840

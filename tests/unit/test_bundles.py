@@ -20,7 +20,8 @@ from delayq.exceptions import ConfigurationError, EnvelopeError
 from delayq.queues import DelayQueue, SqsQueue
 from delayq.retry import Deadline
 from delayq.settings import Settings
-from tests.factories import NOW_MS, delay_request, no_sleep_backoff
+from testkit.clock import NOW_MS, no_sleep_backoff
+from tests.factories import delay_request
 
 
 class AcceptingSqs:

@@ -32,7 +32,8 @@ from delayq.contract import (
 )
 from delayq.exceptions import EnvelopeError, MalformedEventError
 from delayq.settings import Settings
-from tests.factories import NOW_MS, PROPERTY, delay_request, header, kafka_event, kafka_record
+from testkit.clock import NOW_MS
+from tests.factories import PROPERTY, delay_request, header, kafka_event, kafka_record
 
 WEEK_S = 7 * 24 * 3600
 

@@ -19,7 +19,8 @@ from delayq.queues import DelayQueue, SqsQueue, TickQueue
 from delayq.redrive import SourceMessage, SourceQueue
 from delayq.retry import Deadline
 from delayq.store import MessageStore, Watermark
-from tests.factories import NOW_MS, delay_request, no_sleep_backoff
+from testkit.clock import NOW_MS, no_sleep_backoff
+from tests.factories import delay_request
 
 
 class Unreachable:

@@ -12,14 +12,8 @@ from delayq.contract import DelayRequest, Reason, Rejection
 from delayq.exceptions import PayloadMissingError, PayloadStoreError
 from delayq.payloads import PayloadStore, parse_ref, payload_key
 from delayq.retry import Deadline
-from tests.factories import (
-    NOW_MS,
-    AwsResources,
-    ClientProxy,
-    client_error,
-    delay_request,
-    no_sleep_backoff,
-)
+from testkit.clock import NOW_MS, no_sleep_backoff
+from tests.factories import AwsResources, ClientProxy, client_error, delay_request
 
 VALUE = bytes(range(256)) * 1024
 

@@ -14,15 +14,8 @@ from delayq.exceptions import QueueError, RetriesExhaustedError
 from delayq.payloads import PayloadStore, parse_ref
 from delayq.queues import DelayQueue, Outgoing, RejectQueue, SqsQueue, TickQueue
 from delayq.retry import Deadline
-from tests.factories import (
-    NOW_MS,
-    AwsResources,
-    ClientProxy,
-    client_error,
-    delay_request,
-    kafka_record,
-    no_sleep_backoff,
-)
+from testkit.clock import NOW_MS, no_sleep_backoff
+from tests.factories import AwsResources, ClientProxy, client_error, delay_request, kafka_record
 
 
 def deadline() -> Deadline:

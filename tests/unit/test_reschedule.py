@@ -6,7 +6,8 @@ from dataclasses import replace
 
 from delayq.contract import RescheduleRequest
 from delayq.reschedule import copy_of, latest_per_id
-from tests.factories import NOW_MS, delay_request
+from testkit.clock import NOW_MS
+from tests.factories import delay_request
 
 
 def move(delay_id: str, offset: int, ts_ms: int) -> RescheduleRequest:

@@ -18,7 +18,8 @@ from botocore.exceptions import (
 
 from delayq.exceptions import RetriesExhaustedError
 from delayq.retry import Backoff, Deadline, is_retryable, retry_call, retry_partial
-from tests.factories import FakeClock, LambdaContext, client_error, no_sleep_backoff
+from testkit.clock import FakeClock, no_sleep_backoff
+from tests.factories import LambdaContext, client_error
 
 
 class UpperBound(random.Random):

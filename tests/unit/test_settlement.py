@@ -17,7 +17,8 @@ from delayq.settlement import (
     refusal_backoff_seconds,
     when_due,
 )
-from tests.factories import NOW_MS, delay_request
+from testkit.clock import NOW_MS
+from tests.factories import delay_request
 
 SETTINGS = Settings(delivery_max_attempts=3, target_outage_max_seconds=3600)
 DUE = NOW_MS - 1000

@@ -16,7 +16,8 @@ from delayq.limits import parse_limits
 from delayq.retry import Deadline
 from delayq.shaping import NoReleaseSlotError, Shaper, release_slots
 from delayq.store import MessageStore
-from tests.factories import NOW_MS, AwsResources, ClientProxy, delay_request, store_of
+from testkit.clock import NOW_MS
+from tests.factories import AwsResources, ClientProxy, delay_request, store_of
 
 DUE_S = NOW_MS // 1000 + 600
 

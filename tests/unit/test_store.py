@@ -22,14 +22,8 @@ from delayq.store import (
     message_item,
     request_from_item,
 )
-from tests.factories import (
-    NOW_MS,
-    AwsResources,
-    ClientProxy,
-    client_error,
-    delay_request,
-    no_sleep_backoff,
-)
+from testkit.clock import NOW_MS, no_sleep_backoff
+from tests.factories import AwsResources, ClientProxy, client_error, delay_request
 
 DUE_MS = NOW_MS + 3_600_000 + 250
 DUE_S = DUE_MS // 1000

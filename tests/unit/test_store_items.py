@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from bench.fakes import item_size, write_units
 from bench.payload import order_event
 from delayq import buckets
 from delayq import constants as c
@@ -21,7 +20,9 @@ from delayq.ingest import needs_offload
 from delayq.retry import Deadline
 from delayq.settings import Settings
 from delayq.store import MessageStore, message_item, request_from_item
-from tests.factories import NOW_MS, AwsResources, delay_request, no_sleep_backoff
+from testkit.aws import item_size, write_units
+from testkit.clock import NOW_MS, no_sleep_backoff
+from tests.factories import AwsResources, delay_request
 
 DUE_MS = NOW_MS + 3_600_000 + 250
 DYNAMODB_MAX_ITEM_BYTES = 400 * 1024

@@ -20,7 +20,8 @@ from delayq.ingest import IngestResult
 from delayq.producing import Delivery
 from delayq.scheduler import ScheduleResult
 from delayq.settings import Settings
-from tests.factories import NOW_MS, ROOT
+from testkit.clock import NOW_MS
+from tests.factories import ROOT
 
 NAMESPACE = "DelayQueueTest"
 # Settings whose delivery log is off (the existing tests look at the other lines).

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -56,11 +56,13 @@ class PayloadStore:
         bucket: str,
         backoff: Backoff | None = None,
         fetch_workers: int = c.EMIT_FETCH_WORKERS,
+        executor: Executor | None = None,
     ) -> None:
         self._client = client
         self.bucket = bucket
         self._backoff = backoff or Backoff()
-        self._pool = ThreadPoolExecutor(max_workers=max(1, fetch_workers))
+        # ``executor``: where fetches run (default: a pool of ``fetch_workers``).
+        self._pool = executor or ThreadPoolExecutor(max_workers=max(1, fetch_workers))
 
     def offload(self, request: DelayRequest, deadline: Deadline) -> DelayRequest:
         """Put the value in S3; return the request carrying a pointer instead of the value."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,12 +32,18 @@ class SqsQueue:
     """One queue: batched sends with per-entry retries. The client is injected."""
 
     def __init__(
-        self, client: Any, url: str, backoff: Backoff | None = None, send_workers: int = 8
+        self,
+        client: Any,
+        url: str,
+        backoff: Backoff | None = None,
+        send_workers: int = 8,
+        executor: Executor | None = None,
     ) -> None:
         self._client = client
         self.url = url
         self._backoff = backoff or Backoff()
-        self._pool = ThreadPoolExecutor(max_workers=max(1, send_workers))
+        # ``executor``: where concurrent sends run (default: a pool of ``send_workers``).
+        self._pool = executor or ThreadPoolExecutor(max_workers=max(1, send_workers))
 
     def send(self, operation: str, entries: Sequence[Outgoing], deadline: Deadline) -> None:
         """Send every entry, at most 10 (and 256 KiB of bodies) a call, several calls at a

@@ -9,7 +9,7 @@ import base64
 import uuid
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
@@ -325,6 +325,7 @@ class MessageStore:
         max_delay_seconds: int,
         backoff: Backoff | None = None,
         query_workers: int = 16,
+        executor: Executor | None = None,
     ) -> None:
         self._client = client
         self._table = table_name
@@ -332,7 +333,8 @@ class MessageStore:
         self._ttl_grace = ttl_grace_seconds
         self._max_delay = max_delay_seconds
         self._backoff = backoff or Backoff()
-        self._pool = ThreadPoolExecutor(max_workers=max(1, min(query_workers, shards)))
+        # ``executor``: where parallel queries and marker writes run (default: a pool).
+        self._pool = executor or ThreadPoolExecutor(max_workers=max(1, min(query_workers, shards)))
 
     # --- writes --------------------------------------------------------------------------
 

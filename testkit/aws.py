@@ -3,7 +3,7 @@
 They answer the calls the layer's adapters make (``delayq.store``, ``delayq.queues``,
 ``delayq.payloads``, ``delayq.kafka``) with the shapes and errors of the low-level boto3
 clients, at a small fraction of moto's cost, so that a benchmark measures the handler and not
-the emulator. ``tests/unit/test_bench_fakes.py`` compares them with moto call by call.
+the emulator. ``tests/unit/test_testkit_aws.py`` compares them with moto call by call.
 
 Every fake counts its calls by API name (``calls``) and the billing units they consume
 (``units``: DynamoDB read/write request units, SQS 64 KB request chunks, S3 requests) in a

@@ -15,7 +15,13 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from bench.fakes import (
+from delayq.buckets import bucket_key
+from delayq.contract import CancelRequest
+from delayq.exceptions import WatermarkConflictError
+from delayq.kafka import KafkaDelivery, OutRecord
+from delayq.retry import Backoff, Deadline
+from delayq.store import MessageStore, Watermark, message_item
+from testkit.aws import (
     FakeDynamoDB,
     FakeS3,
     FakeSqs,
@@ -23,14 +29,8 @@ from bench.fakes import (
     RequestCounter,
     item_size,
 )
-from bench.harness import FakeClock
-from delayq.buckets import bucket_key
-from delayq.contract import CancelRequest
-from delayq.exceptions import WatermarkConflictError
-from delayq.kafka import KafkaDelivery, OutRecord
-from delayq.retry import Backoff, Deadline
-from delayq.store import MessageStore, Watermark, message_item
-from tests.factories import NOW_MS, REGION, delay_request
+from testkit.clock import NOW_MS, FakeClock
+from tests.factories import REGION, delay_request
 
 TABLE = "bench-table"
 

@@ -1,0 +1,3 @@
+"""Test support shared by the tests, the benchmarks and the simulator (not shipped in the
+layer): in-memory AWS clients (:mod:`testkit.aws`), a clock that moves only when told and the
+doubles built on it (:mod:`testkit.clock`)."""
