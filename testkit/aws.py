@@ -632,6 +632,18 @@ class FakeSqs:
         """Every message still in the queue."""
         return list(self._queue(url, "ReceiveMessage").messages.values())
 
+    def next_visible_ms(self, url: str) -> int | None:
+        """When the next message of the queue becomes visible (None: the queue is empty);
+        what a long-polling consumer waits for."""
+        queue = self._queue(url, "ReceiveMessage")
+        while queue.heap:
+            visible_ms, _, message_id = queue.heap[0]
+            message = queue.messages.get(message_id)
+            if message is not None and message.visible_ms == visible_ms:
+                return visible_ms
+            heapq.heappop(queue.heap)  # deleted, or re-hidden since this entry was pushed
+        return None
+
     # Helpers -----------------------------------------------------------------------------
 
     def _queue(self, url: str, operation: str) -> _Queue:

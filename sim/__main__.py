@@ -1,0 +1,114 @@
+"""``python -m sim``: run seeds, check every one, write ``results/sim.json``.
+
+Exit status: 0 when no seed broke a guarantee, 1 otherwise (each failing seed prints the one
+command that reproduces it, and the history of the messages that broke).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from sim.faults import Knobs
+from sim.run import RunResult, Summary, campaign
+from sim.workload import Shape
+
+# Messages a seed's producers write per simulated hour of its window (the default shape's
+# rate: 300 in 20 minutes).
+RATE_PER_HOUR = 900
+
+
+def seeds_of(text: str) -> list[int]:
+    """``7``, ``0-99`` or ``1,5,9-12``."""
+    out: list[int] = []
+    for part in text.split(","):
+        first, _, last = part.strip().partition("-")
+        out.extend(range(int(first), int(last or first) + 1))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sim", description=__doc__)
+    parser.add_argument("--seeds", default="0-19", help="seeds to run: 7, 0-99 or 1,5,9-12")
+    parser.add_argument("--hours", type=float, default=None, help="each seed's producers write for this many simulated hours (default 1/3)")
+    parser.add_argument("--workers", type=int, default=2, help="processes (default 2)")
+    parser.add_argument("--calm", action="store_true", help="no faults (a baseline)")
+    parser.add_argument("--out", type=Path, default=Path("results/sim.json"))
+    parser.add_argument("--quiet", action="store_true", help="no line per seed")
+    args = parser.parse_args(argv)
+
+    shape = Shape()
+    if args.hours is not None:
+        shape = replace(shape, window_ms=int(args.hours * 3_600_000), messages=max(10, int(args.hours * RATE_PER_HOUR)))
+    knobs = Knobs.calm() if args.calm else Knobs()
+    seeds = seeds_of(args.seeds)
+    summary = Summary()
+    print(f"simulating {len(seeds)} seeds ({shape.messages} requests each, {args.workers} workers)", file=sys.stderr)
+    for result in campaign(seeds, shape, knobs, args.workers):
+        summary.add(result)
+        if not args.quiet or not result.ok:
+            _progress(result, summary, len(seeds))
+        if not result.ok:
+            _explain(result, args)
+    report = summary.as_dict(shape, knobs)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    _print_summary(report, args.out)
+    return 1 if summary.failing else 0
+
+
+def _progress(result: RunResult, summary: Summary, total: int) -> None:
+    v = result.verdict
+    state = "ok" if result.ok else "FAILED"
+    print(
+        f"[{len(summary.seeds)}/{total}] seed {result.seed}: {v.messages} requests, "
+        f"{result.simulated_ms / 3_600_000:.1f} h simulated, {sum(result.faults.values())} faults, "
+        f"{v.duplicates} duplicates: {state}",
+        file=sys.stderr,
+    )
+
+
+def _explain(result: RunResult, args: argparse.Namespace) -> None:
+    command = f"python -m sim --seeds {result.seed} --workers 1"
+    if args.hours is not None:
+        command += f" --hours {args.hours}"
+    if args.calm:
+        command += " --calm"
+    print(f"seed {result.seed} broke a guarantee; reproduce with: {command}")
+    if result.verdict.unacknowledged:
+        print(f"  {result.verdict.unacknowledged} records never acknowledged by ingest")
+    for violation in result.verdict.violations[:10]:
+        print(f"  {violation.kind}: {violation.delay_id} (due {violation.due_ms}): {violation.detail}")
+    for delay_id, story in result.stories.items():
+        print(f"  history of {delay_id}:")
+        for line in story[:30]:
+            print(f"    {line}")
+
+
+def _print_summary(report: dict[str, object], out: Path) -> None:
+    lateness = report["lateness_ms"]
+    assert isinstance(lateness, dict)
+    faults = report["faults"]
+    assert isinstance(faults, dict)
+    seeds = report["seeds"]
+    assert isinstance(seeds, dict)
+    print(
+        f"seeds {seeds['count']}, simulated hours {report['simulated_hours']}, "
+        f"messages {report['messages']}, faults injected {sum(faults.values())}"
+    )
+    print("faults by kind: " + ", ".join(f"{k} {v}" for k, v in faults.items()))
+    print(
+        f"lost {report['lost']}, early {report['early']}, duplicates {report['duplicates']}, "
+        f"cancel violations {report['cancel_violations']}, reschedule violations "
+        f"{report['reschedule_violations']}, corrupt {report['corrupt']}, "
+        f"unacknowledged {report['unacknowledged']}"
+    )
+    print(f"lateness of first deliveries: p50 {lateness['p50']} ms, p99 {lateness['p99']} ms, max {lateness['max']} ms")
+    print(f"failing seeds: {report['failing_seeds'] or 'none'}; written {out}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

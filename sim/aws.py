@@ -1,0 +1,227 @@
+"""Weak semantics that belong to one service: DynamoDB's eventually consistent reads, TTL and
+its stream; the target Kafka cluster's outages and lost delivery reports.
+
+The in-memory clients of :mod:`testkit.aws` are strongly consistent and never expire
+anything; this module adds what AWS documents on top of them.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from confluent_kafka import KafkaError
+
+from delayq import constants as c
+from sim.faults import Knobs
+from sim.world import World
+from testkit.aws import FakeDynamoDB, ProducedRecord, RequestCounter
+
+_WRITES: Final = frozenset({"put_item", "update_item", "delete_item", "batch_write_item"})
+_READS: Final = frozenset({"get_item", "query", "batch_get_item"})
+
+
+class ReplicatedDynamoDB:
+    """A table with a lagging replica. Writes go to the primary and reach the replica up to
+    ``stale_read_ms`` later, in order; reads without ``ConsistentRead`` are answered by the
+    replica (a state up to that old), strongly consistent ones by the primary."""
+
+    def __init__(self, world: World, knobs: Knobs, counter: RequestCounter) -> None:
+        self.world = world
+        self.knobs = knobs
+        self.primary = FakeDynamoDB(counter)
+        self.replica = FakeDynamoDB(RequestCounter())
+        self._applied_until = 0
+
+    def create_table(self, name: str) -> None:
+        """On both copies."""
+        self.primary.create_table(name)
+        self.replica.create_table(name)
+
+    def items(self, name: str) -> list[dict[str, Any]]:
+        """The primary's items."""
+        return self.primary.items(name)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _WRITES:
+            return lambda **kwargs: self._write(name, kwargs)
+        if name in _READS:
+            return lambda **kwargs: self._read(name, kwargs)
+        raise AttributeError(name)
+
+    def _write(self, name: str, kwargs: dict[str, Any]) -> Any:
+        answer = getattr(self.primary, name)(**kwargs)  # raises when a condition fails
+        if answer.get("UnprocessedItems"):
+            raise NotImplementedError("the in-memory primary never leaves items unprocessed")
+        replay = copy.deepcopy(kwargs)
+        replay.pop("ConditionExpression", None)  # it held on the primary, in the same order
+        lag = self.world.rng.randint(0, self.knobs.stale_read_ms)
+        self._applied_until = max(self._applied_until, self.world.now_ms + lag)
+        self.world.at(self._applied_until, lambda: self._replay(name, replay))
+        return answer
+
+    def _replay(self, name: str, kwargs: dict[str, Any]) -> None:
+        getattr(self.replica, name)(**kwargs)
+
+    def _read(self, name: str, kwargs: dict[str, Any]) -> Any:
+        if name == "batch_get_item":
+            consistent = all(s.get("ConsistentRead") for s in kwargs["RequestItems"].values())
+        else:
+            consistent = bool(kwargs.get("ConsistentRead"))
+        if not consistent and self.knobs.stale_read_ms:
+            self.world.faults["dynamodb-stale-read"] += 1
+            return getattr(self.replica, name)(**kwargs)
+        return getattr(self.primary, name)(**kwargs)
+
+
+@dataclass
+class StreamRecord:
+    """One DynamoDB stream record (the shape the cleanup function reads)."""
+
+    sequence: int
+    raw: dict[str, Any]
+
+
+class Ttl:
+    """DynamoDB TTL: an expired item is deleted at a moment drawn once, up to ``ttl_lag_s``
+    after its expiry, and stays readable until then; each deletion is a stream record with
+    the service principal as its identity (delivered at least once)."""
+
+    SWEEP_MS: Final = 60_000
+
+    def __init__(self, world: World, knobs: Knobs, table: ReplicatedDynamoDB, name: str) -> None:
+        self.world = world
+        self.knobs = knobs
+        self.table = table
+        self.name = name
+        self.stream: list[StreamRecord] = []
+        self.deleted = 0
+        self._when: dict[tuple[str, str, str], int] = {}
+        self._sequence = 0
+
+    def start(self) -> None:
+        """Sweep once a minute from now on."""
+        self.world.at(self.world.now_ms + self.SWEEP_MS, self.sweep)
+
+    def sweep(self) -> None:
+        """Delete what is due for deletion; draw the moment of what has just expired."""
+        now = self.world.now_ms
+        for item in self.table.items(self.name):
+            expires = item.get(c.ATTR_TTL, {}).get("N")
+            if expires is None or int(expires) * 1000 > now:
+                continue
+            key = (item["pk"]["S"], item["sk"]["S"], expires)
+            when = self._when.get(key)
+            if when is None:
+                lag = self.world.rng.randint(0, self.knobs.ttl_lag_s * 1000)
+                when = self._when[key] = int(expires) * 1000 + lag
+            if when <= now:
+                self._delete(item)
+                del self._when[key]
+        self.world.at(now + self.SWEEP_MS, self.sweep)
+
+    def _delete(self, item: dict[str, Any]) -> None:
+        image = copy.deepcopy(item)
+        self.table.delete_item(TableName=self.name, Key={"pk": image["pk"], "sk": image["sk"]})
+        self.deleted += 1
+        copies = 2 if self.world.chance(self.knobs.stream_duplicate, "stream-duplicate") else 1
+        for _ in range(copies):
+            self._sequence += 1
+            self.stream.append(
+                StreamRecord(
+                    self._sequence,
+                    {
+                        "eventID": str(self._sequence),
+                        "eventName": "REMOVE",
+                        "eventSource": "aws:dynamodb",
+                        "userIdentity": {"type": "Service", "principalId": c.TTL_PRINCIPAL},
+                        "dynamodb": {
+                            "Keys": {"pk": image["pk"], "sk": image["sk"]},
+                            "OldImage": image,
+                            "SequenceNumber": str(self._sequence).zfill(21),
+                            "StreamViewType": "NEW_AND_OLD_IMAGES",
+                        },
+                    },
+                )
+            )
+
+
+@dataclass
+class Produced:
+    """A record written to the target cluster, with who wrote it and when (true time)."""
+
+    record: ProducedRecord
+    at_ms: int
+    function: str
+
+
+@dataclass
+class TargetCluster:
+    """The target Kafka cluster: every record written, and when it is down."""
+
+    outages: list[tuple[int, int]] = field(default_factory=list)
+    log: list[Produced] = field(default_factory=list)
+
+    def down(self, now_ms: int) -> bool:
+        """Whether brokers cannot be reached at ``now_ms``."""
+        return any(start <= now_ms < end for start, end in self.outages)
+
+
+class SimProducer:
+    """A function's ``confluent_kafka.Producer`` on the simulated cluster: records are
+    written at the flush, unless the cluster is down (a transport error for each); a
+    delivery report may be lost after the write (the record is there, the report says it
+    timed out); ``produce()`` itself may refuse a record (queue full)."""
+
+    def __init__(
+        self, world: World, knobs: Knobs, cluster: TargetCluster, function: str
+    ) -> None:
+        self.world = world
+        self.knobs = knobs
+        self.cluster = cluster
+        self.function = function
+        self._pending: list[tuple[Callable[[Any, Any], None] | None, ProducedRecord]] = []
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
+        on_delivery: Callable[[Any, Any], None] | None = None,
+        **_: Any,
+    ) -> None:
+        """Queue one record (or refuse it, as a full local queue does)."""
+        if self.world.chance(self.knobs.produce_refused, "kafka-produce-refused"):
+            raise BufferError("Local: Queue full")
+        self._pending.append((on_delivery, ProducedRecord(topic, key, value, tuple(headers or ()))))
+
+    def poll(self, timeout: float = 0) -> int:
+        """Delivery reports come with the flush."""
+        return 0
+
+    def flush(self, timeout: float = 0) -> int:
+        """Write every queued record (one round trip) and serve its report."""
+        if not self._pending:
+            return 0
+        self.world.pause(self.world.rng.randint(2, 20))
+        pending, self._pending = self._pending, []
+        for callback, record in pending:
+            if self.cluster.down(self.world.now_ms):
+                self.world.faults["kafka-down"] += 1
+                if callback:
+                    callback(KafkaError(KafkaError._TRANSPORT), None)
+                continue
+            self.cluster.log.append(Produced(record, self.world.now_ms, self.function))
+            if self.world.chance(self.knobs.report_lost, "kafka-report-lost"):
+                if callback:
+                    callback(KafkaError(KafkaError._MSG_TIMED_OUT), None)
+                continue
+            if callback:
+                callback(None, record)
+        return 0
+
+    def __len__(self) -> int:
+        return len(self._pending)

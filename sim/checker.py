@@ -1,0 +1,258 @@
+"""The checker: reads what a run recorded (what producers wrote, what ingest acknowledged,
+what reached the target cluster, what sits in the dead-letter destinations) and judges it
+against the documented guarantees.
+
+- Nothing lost: every acknowledged delay request is delivered at least once, or sits in a
+  dead-letter destination (the delay queue's DLQ, the stream's on-failure destination) with
+  its message; every acknowledged invalid record sits in the reject queue with its reason
+  and original bytes.
+- Never early: no record is produced before its due time on the producing function's clock
+  (its ``delay-emitted-ms`` header against ``delay-due-ms``).
+- Cancels: a message a cancel applies to (same id, written before it) is not delivered when
+  the cancel was acknowledged at least the emitter's hold + 2 s before its due time.
+- Reschedules: one acknowledged that early, and not refused, moves the message: it is
+  delivered at the new time and not at the old one.
+- Duplicates: deliveries of one message beyond the first (they carry its ``delay-id``).
+- Integrity: a delivered record has the original key, value and user headers.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from delayq import constants as c
+from delayq.contract import EnvelopeError, decode_body
+from delayq.store import request_from_item
+from sim.aws import Produced
+from sim.pipeline import Pipeline
+from sim.workload import Intent, Workload
+
+# A cancel or reschedule acknowledged this long before due always wins (README: the
+# emitter's hold + 2 s); the hold comes from the settings.
+GUARD_MS: Final = 2_000
+# Lateness histogram resolution.
+BUCKET_MS: Final = 10
+
+
+@dataclass
+class Violation:
+    """One broken guarantee: what, of which message."""
+
+    kind: str  # lost, early, cancel, reschedule, corrupt, refused
+    delay_id: str
+    due_ms: int
+    detail: str
+
+
+@dataclass
+class Verdict:
+    """What the checker found in one run."""
+
+    messages: int = 0  # acknowledged delay requests
+    delivered: int = 0
+    dead_lettered: int = 0
+    cancelled: int = 0
+    rejected: int = 0
+    unacknowledged: int = 0
+    duplicates: int = 0
+    lateness: Counter[int] = field(default_factory=Counter)  # 10 ms buckets of first deliveries
+    violations: list[Violation] = field(default_factory=list)
+
+    def count(self, kind: str) -> int:
+        """Violations of one kind."""
+        return sum(1 for v in self.violations if v.kind == kind)
+
+
+def _header(headers: Any, name: str) -> bytes | None:
+    found = None
+    for n, v in headers:
+        if n == name:
+            found = v
+    return found
+
+
+def _user_headers(headers: Any) -> list[tuple[str, bytes | None]]:
+    return [(n, v) for n, v in headers if not n.startswith(c.HEADER_PREFIX)]
+
+
+class Checker:
+    """Judges one run."""
+
+    def __init__(self, pipeline: Pipeline, workload: Workload) -> None:
+        self.p = pipeline
+        self.workload = workload
+        self.hold_ms = pipeline.settings.max_hold_ms
+        acked = {(a.record["partition"], a.record["offset"]): a.at_ms for a in pipeline.acked}
+        self.ack_ms = {id(i): acked.get((i.partition, i.offset)) for i in workload.intents}
+        self.deliveries: dict[tuple[str, int], list[Produced]] = defaultdict(list)
+        for produced in pipeline.cluster.log:
+            delay_id = _header(produced.record.headers, c.HEADER_ID)
+            due = _header(produced.record.headers, c.HEADER_DUE_MS)
+            if delay_id is not None and due is not None:
+                self.deliveries[(delay_id.decode(), int(due))].append(produced)
+        self.dead = self._dead_letters()
+        self.rejects = self._rejects()
+
+    def _dead_letters(self) -> Counter[tuple[str, int]]:
+        found: Counter[tuple[str, int]] = Counter()
+        for body in self.p.queue_bodies(self.p.settings.delay_dlq_url):
+            try:
+                entries = decode_body(body)
+            except EnvelopeError:
+                continue
+            for entry in entries:
+                if entry.request is not None:
+                    found[(entry.request.delay_id, entry.request.due_ms)] += 1
+        for record in self.p.cleanup_failures:
+            request = request_from_item(record["dynamodb"]["OldImage"])
+            found[(request.delay_id, request.due_ms)] += 1
+        return found
+
+    def _rejects(self) -> dict[tuple[int, int], tuple[str, dict[str, Any] | None]]:
+        found: dict[tuple[int, int], tuple[str, dict[str, Any] | None]] = {}
+        for body in self.p.queue_bodies(self.p.settings.reject_queue_url):
+            d = json.loads(body)
+            source = d.get("source") or {}
+            found[(source.get("partition"), source.get("offset"))] = (
+                str(d.get("reason")),
+                self.p.rejected_record(body),
+            )
+        return found
+
+    def run(self) -> Verdict:
+        """Every guarantee, over every record of the run."""
+        verdict = Verdict()
+        by_id: dict[str, list[Intent]] = defaultdict(list)
+        for intent in self.workload.intents:
+            by_id[intent.delay_id].append(intent)
+            if self.ack_ms[id(intent)] is None:
+                verdict.unacknowledged += 1
+        for intent in self.workload.intents:
+            if self.ack_ms[id(intent)] is None:
+                continue
+            if intent.kind == "invalid":
+                self._check_invalid(intent, verdict)
+            elif intent.kind == "delay":
+                self._check_delay(intent, by_id[intent.delay_id], verdict)
+        for key, produced in self.deliveries.items():
+            for record in produced:
+                self._check_not_early(key, record, verdict)
+        return verdict
+
+    # --- rules ----------------------------------------------------------------------------
+
+    def _check_invalid(self, intent: Intent, verdict: Verdict) -> None:
+        found = self.rejects.get((intent.partition, intent.offset))
+        original = base64.b64encode(intent.value or b"").decode()
+        if found is None or found[1] is None or found[1].get("value") != original:
+            verdict.violations.append(
+                Violation("lost", intent.delay_id, 0, "invalid record not in the reject queue whole")
+            )
+            return
+        verdict.rejected += 1
+
+    def _check_delay(self, message: Intent, same_id: list[Intent], verdict: Verdict) -> None:
+        verdict.messages += 1
+        refused = self.rejects.get((message.partition, message.offset))
+        if refused is not None:
+            verdict.violations.append(
+                Violation("refused", message.delay_id, message.due_ms, f"a valid request rejected: {refused[0]}")
+            )
+            return
+        later = [i for i in same_id if i.send_ms > message.send_ms and self.ack_ms[id(i)] is not None]
+        cancels = [i for i in later if i.kind == "cancel"]
+        moves = [i for i in later if i.kind == "reschedule" and i.was_due_ms == message.due_ms]
+        due = message.due_ms
+        moved_to: int | None = None
+        for move in moves:
+            refused = (move.partition, move.offset) in self.rejects
+            if not refused:
+                moved_to = move.due_ms
+                if self._early_enough(move, message.due_ms):
+                    for old in self.deliveries.get((message.delay_id, message.due_ms), []):
+                        verdict.violations.append(
+                            Violation(
+                                "reschedule",
+                                message.delay_id,
+                                due,
+                                f"delivered at the old time ({old.at_ms}) after a reschedule acknowledged at {self.ack_ms[id(move)]}",
+                            )
+                        )
+        dues = [due] if moved_to is None else [moved_to, due]
+        delivered = [d for k in dues for d in self.deliveries.get((message.delay_id, k), [])]
+        sure_cancel = any(self._early_enough(cn, min(dues)) for cn in cancels)
+        if sure_cancel:
+            verdict.cancelled += 1
+            for d in delivered:
+                verdict.violations.append(
+                    Violation("cancel", message.delay_id, due, f"delivered at {d.at_ms} after a timely cancel")
+                )
+            return
+        if not delivered:
+            if cancels:
+                verdict.cancelled += 1  # a late cancel may or may not win
+                return
+            if any(self.dead[(message.delay_id, k)] for k in dues):
+                verdict.dead_lettered += 1
+                return
+            verdict.violations.append(
+                Violation("lost", message.delay_id, due, "acknowledged, never delivered, not dead-lettered")
+            )
+            return
+        verdict.delivered += 1
+        verdict.duplicates += len(delivered) - 1
+        first = min(delivered, key=lambda d: d.at_ms)
+        target_due = moved_to if moved_to is not None and any(
+            d in self.deliveries.get((message.delay_id, moved_to), []) for d in delivered
+        ) else due
+        verdict.lateness[max(0, first.at_ms - target_due) // BUCKET_MS] += 1
+        for d in delivered:
+            if d.record.value != message.value or d.record.key != message.key:
+                verdict.violations.append(Violation("corrupt", message.delay_id, due, "key or value changed"))
+            elif _user_headers(d.record.headers) != _user_headers(message.headers):
+                verdict.violations.append(Violation("corrupt", message.delay_id, due, "user headers changed"))
+
+    def _early_enough(self, control: Intent, due_ms: int) -> bool:
+        """Acknowledged at least the emitter's hold + 2 s before ``due_ms``."""
+        ack = self.ack_ms[id(control)]
+        return ack is not None and ack <= due_ms - self.hold_ms - GUARD_MS
+
+    def _check_not_early(self, key: tuple[str, int], produced: Produced, verdict: Verdict) -> None:
+        emitted = _header(produced.record.headers, c.HEADER_EMITTED_MS)
+        if emitted is None or int(emitted) < key[1]:
+            verdict.violations.append(
+                Violation(
+                    "early",
+                    key[0],
+                    key[1],
+                    f"produced by {produced.function} at {emitted!r} (its clock), due {key[1]}",
+                )
+            )
+
+    # --- reporting ------------------------------------------------------------------------
+
+    def story(self, delay_id: str) -> list[str]:
+        """Everything the run recorded about one id, in time order (for a failing seed)."""
+        lines: list[tuple[int, str]] = []
+        for intent in self.workload.intents:
+            if intent.delay_id != delay_id:
+                continue
+            ack = self.ack_ms[id(intent)]
+            what = f"{intent.kind} written (partition {intent.partition}, offset {intent.offset})"
+            if intent.kind in ("delay", "reschedule"):
+                what += f", due {intent.due_ms}"
+            lines.append((intent.send_ms, what))
+            lines.append((ack or 0, f"  {intent.kind} acknowledged" if ack else f"  {intent.kind} never acknowledged"))
+        for (did, due), produced in self.deliveries.items():
+            if did == delay_id:
+                for d in produced:
+                    emitted = _header(d.record.headers, c.HEADER_EMITTED_MS)
+                    lines.append((d.at_ms, f"produced by {d.function} (due {due}, emitted {emitted!r})"))
+        for (did, due), n in self.dead.items():
+            if did == delay_id and n:
+                lines.append((due, f"in a dead-letter destination x{n} (due {due})"))
+        return [f"{t} {text}" for t, text in sorted(lines)]

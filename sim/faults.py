@@ -1,0 +1,186 @@
+"""The knobs of AWS's weak semantics, and the client wrapper that applies them to every call a
+function makes.
+
+Each knob is a documented behaviour of the service, at a rate a campaign can turn up:
+
+- every AWS call: a latency; throttling; a network error before the request reached AWS
+  (botocore's ``EndpointConnectionError``); a response lost after the request took effect
+  (``ReadTimeoutError``: the write happened, the caller does not know); the process dying
+  before or after the call (a crash, or Lambda's timeout when the clock passes it);
+- batch calls: some entries not done (DynamoDB ``UnprocessedItems`` / ``UnprocessedKeys``,
+  SQS ``Failed[]``), the others done;
+- the rest (eventual consistency, TTL lag, at-least-once streams and queues, late ticks,
+  Kafka outages) live with the service they belong to (:mod:`sim.aws`, :mod:`sim.pipeline`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Final
+
+from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
+
+from sim.world import Crash, World
+
+# Calls that are not API requests of the functions (set-up, inspection).
+_NOT_API: Final = frozenset({"create_table", "create_queue", "create_bucket", "items", "messages"})
+
+_THROTTLE_CODE: Final = {
+    "dynamodb": ("ProvisionedThroughputExceededException", 400),
+    "sqs": ("RequestThrottled", 403),
+    "s3": ("SlowDown", 503),
+}
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Fault rates (per call, per message or per run, as named) and AWS's periods."""
+
+    # Every AWS call a function makes.
+    latency_ms: tuple[int, int] = (2, 40)
+    throttle: float = 0.003
+    network_error: float = 0.003
+    response_lost: float = 0.003
+    crash_before_call: float = 0.0007
+    crash_after_call: float = 0.0007
+    partial_batch: float = 0.02  # per batch call: some entries fail, the others are done
+    # DynamoDB: eventually consistent reads see writes up to this late; TTL deletes an
+    # expired item at most this late (AWS: typically within days); stream records repeat.
+    stale_read_ms: int = 3_000
+    ttl_lag_s: int = 3_600
+    stream_duplicate: float = 0.02
+    # SQS: a delivered and deleted message comes again (at-least-once).
+    sqs_duplicate: float = 0.01
+    # EventBridge: a tick late within the period, missed, or delivered twice.
+    tick_late_ms: int = 40_000
+    tick_missed: float = 0.03
+    tick_duplicated: float = 0.03
+    # Per run: the scheduler down for longer than the TTL grace (ticks fail), and the target
+    # cluster down for minutes to hours.
+    scheduler_outage: float = 0.15
+    kafka_outage: float = 0.3
+    kafka_outage_max_s: int = 7_200
+    # Per record produced: the delivery report lost after the write; produce() refused.
+    report_lost: float = 0.005
+    produce_refused: float = 0.003
+    # Per function: its clock is off by up to this much (either way).
+    clock_skew_ms: int = 400
+
+    @classmethod
+    def calm(cls) -> Knobs:
+        """No fault at all (AWS on a good day; the checker's baseline)."""
+        zero = {
+            f.name: 0
+            for f in fields(cls)
+            if f.type in ("float", "int") and f.name not in ("ttl_lag_s", "stale_read_ms")
+        }
+        return cls(**zero)
+
+    def as_dict(self) -> dict[str, Any]:
+        """For the results file."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _throttled(service: str, operation: str) -> ClientError:
+    code, status = _THROTTLE_CODE.get(service, ("ThrottlingException", 400))
+    return ClientError(
+        {"Error": {"Code": code, "Message": "Rate exceeded"}, "ResponseMetadata": {"HTTPStatusCode": status}},
+        operation,
+    )
+
+
+class Faulty:
+    """Wraps one in-memory client: each API call a function makes pays a latency (the world
+    moves on meanwhile), may die or fail as the knobs say, and is checked against the
+    invocation's timeout."""
+
+    def __init__(self, inner: Any, world: World, knobs: Knobs, service: str) -> None:
+        self._inner = inner
+        self._world = world
+        self._knobs = knobs
+        self._service = service
+        self._endpoint = f"https://{service}.us-east-1.amazonaws.com"
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name.startswith("_") or name in _NOT_API or not callable(attr):
+            return attr
+
+        def call(**kwargs: Any) -> Any:
+            return self._call(name, attr, kwargs)
+
+        return call
+
+    def _call(self, name: str, method: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+        world, knobs = self._world, self._knobs
+        world.pause(world.rng.randint(*knobs.latency_ms))
+        world.check_alive()
+        if world.invocation is not None and world.chance(knobs.crash_before_call, "crash"):
+            raise Crash(f"crash before {self._service}.{name}")
+        if world.chance(knobs.throttle, f"{self._service}-throttled"):
+            raise _throttled(self._service, name)
+        if world.chance(knobs.network_error, "network-error"):
+            raise EndpointConnectionError(endpoint_url=self._endpoint)
+        result = self._partial(name, method, kwargs)
+        if world.chance(knobs.response_lost, "response-lost"):
+            raise ReadTimeoutError(endpoint_url=self._endpoint)
+        if world.invocation is not None and world.chance(knobs.crash_after_call, "crash"):
+            raise Crash(f"crash after {self._service}.{name}")
+        return result
+
+    def _partial(self, name: str, method: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+        """A batch call of which some entries are not done (told in the answer)."""
+        world = self._world
+        if name == "send_message_batch" and len(kwargs["Entries"]) > 1:
+            if world.chance(self._knobs.partial_batch, "sqs-failed-entries"):
+                entries = list(kwargs["Entries"])
+                failed = world.rng.sample(entries, world.rng.randint(1, len(entries) - 1))
+                ids = {e["Id"] for e in failed}
+                answer = dict(method(**{**kwargs, "Entries": [e for e in entries if e["Id"] not in ids]}))
+                answer["Failed"] = [
+                    {"Id": e["Id"], "SenderFault": False, "Code": "InternalError", "Message": "try again"}
+                    for e in failed
+                ]
+                return answer
+        if name == "batch_write_item" and world.chance(self._knobs.partial_batch, "dynamodb-unprocessed"):
+            return _split_requests(world, method, kwargs, "RequestItems", "UnprocessedItems", list)
+        if name == "batch_get_item" and world.chance(self._knobs.partial_batch, "dynamodb-unprocessed"):
+            return _split_keys(world, method, kwargs)
+        return method(**kwargs)
+
+
+def _split_requests(
+    world: World,
+    method: Callable[..., Any],
+    kwargs: Mapping[str, Any],
+    field_in: str,
+    field_out: str,
+    _kind: type,
+) -> Any:
+    """BatchWriteItem doing only some of its requests; the rest come back unprocessed."""
+    done: dict[str, list[Any]] = {}
+    left: dict[str, list[Any]] = {}
+    for table, requests in kwargs[field_in].items():
+        for request in requests:
+            (left if world.rng.random() < 0.5 else done).setdefault(table, []).append(request)
+    if not left:
+        return method(**kwargs)
+    answer = dict(method(**{**kwargs, field_in: done})) if done else {}
+    answer[field_out] = left
+    return answer
+
+
+def _split_keys(world: World, method: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
+    """BatchGetItem answering only some keys; the rest come back in ``UnprocessedKeys``."""
+    done: dict[str, Any] = {}
+    left: dict[str, Any] = {}
+    for table, spec in kwargs["RequestItems"].items():
+        keys = list(spec["Keys"])
+        cut = world.rng.randint(0, len(keys) - 1) if len(keys) > 1 else 0
+        if keys[:cut]:
+            done[table] = {**spec, "Keys": keys[:cut]}
+        left[table] = {**spec, "Keys": keys[cut:]}
+    answer = dict(method(**{**kwargs, "RequestItems": done})) if done else {"Responses": {}}
+    answer["UnprocessedKeys"] = left
+    return answer

@@ -1,0 +1,229 @@
+"""One seeded run, and campaigns of many.
+
+A run: draw the run's faults (a scheduler outage longer than the TTL grace, target-cluster
+outages), generate the workload, let producers write it, run the world until every message
+had its chance (the last due time, the outages, the TTL grace and lag), then check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+from sim.checker import BUCKET_MS, Checker, Verdict
+from sim.faults import Knobs
+from sim.pipeline import Pipeline
+from sim.workload import Shape, Workload, generate
+from sim.world import World
+from testkit.clock import NOW_MS
+
+# After the last due time: time for retries, duplicates and the emitter's outage back-off.
+SETTLE_MS: Final = 30 * 60_000
+
+
+@dataclass
+class RunResult:
+    """What one seed did and what the checker found."""
+
+    seed: int
+    simulated_ms: int
+    verdict: Verdict
+    faults: Counter[str]
+    invocations: dict[str, int]
+    fingerprint: str  # a digest of the run's history: the same seed gives the same one
+    stories: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """No guarantee broken."""
+        return not self.verdict.violations and not self.verdict.unacknowledged
+
+
+def run_seed(seed: int, shape: Shape = Shape(), knobs: Knobs = Knobs()) -> RunResult:
+    """Simulate one seed from scratch and check it."""
+    world = World(seed, NOW_MS)
+    pipeline = Pipeline(world, knobs)
+    start = world.now_ms + 60_000
+    workload = generate(world.rng, start, shape, len(pipeline.partitions))
+    end = _plan_outages(world, knobs, pipeline, start, workload)
+    for intent in workload.intents:
+        world.at(intent.send_ms, lambda i=intent: _write(pipeline, i))
+    pipeline.start(end)
+    try:
+        world.run_until(end)
+    finally:
+        world.stop()
+    checker = Checker(pipeline, workload)
+    verdict = checker.run()
+    broken = sorted({v.delay_id for v in verdict.violations})[:5]
+    return RunResult(
+        seed=seed,
+        simulated_ms=end - NOW_MS,
+        verdict=verdict,
+        faults=world.faults,
+        invocations=dict(pipeline.invocations),
+        fingerprint=_fingerprint(pipeline),
+        stories={b: checker.story(b) for b in broken},
+    )
+
+
+def _write(pipeline: Pipeline, intent: Any) -> None:
+    partition = pipeline.partitions[intent.partition]
+    intent.offset = len(partition.records)
+    pipeline.write(intent.partition, intent.record())
+
+
+def _plan_outages(world: World, knobs: Knobs, pipeline: Pipeline, start: int, workload: Workload) -> int:
+    """Draw this run's long outages; returns when the run ends."""
+    end = workload.last_due_ms + SETTLE_MS
+    grace_ms = pipeline.settings.ttl_grace_seconds * 1000
+    if world.chance(knobs.scheduler_outage, "scheduler-outage"):
+        down = start + world.rng.randint(0, 20 * 60_000)
+        up = down + grace_ms + world.rng.randint(5 * 60_000, 60 * 60_000)
+        pipeline.scheduler_down = (down, up)
+        world.note(f"scheduler down until {up}")
+        end = max(end, up + SETTLE_MS)
+    if world.chance(knobs.kafka_outage, "kafka-outage"):
+        down = start + world.rng.randint(0, 60 * 60_000)
+        up = down + world.rng.randint(60_000, max(60_000, knobs.kafka_outage_max_s * 1000))
+        pipeline.cluster.outages.append((down, up))
+        world.note(f"target cluster down until {up}")
+        end = max(end, up + SETTLE_MS)
+    # Stored messages expire at due + grace and TTL may take ttl_lag_s more to delete them:
+    # the safety net's re-drives happen by then.
+    return end + grace_ms + knobs.ttl_lag_s * 1000
+
+
+def _fingerprint(pipeline: Pipeline) -> str:
+    digest = hashlib.sha256()
+    for produced in pipeline.cluster.log:
+        digest.update(f"{produced.at_ms}|{produced.function}|{produced.record.headers}".encode())
+    for line in pipeline.world.history:
+        digest.update(line.encode())
+    digest.update(repr(sorted(pipeline.counter.calls.items())).encode())
+    return digest.hexdigest()[:16]
+
+
+# --- campaigns ---------------------------------------------------------------------------
+
+
+def _one(args: tuple[int, Shape, Knobs]) -> RunResult:
+    return run_seed(*args)
+
+
+def campaign(
+    seeds: Iterable[int], shape: Shape, knobs: Knobs, workers: int = 1
+) -> Iterator[RunResult]:
+    """Results seed by seed (in seed order), over ``workers`` processes."""
+    jobs = [(seed, shape, knobs) for seed in seeds]
+    if workers <= 1:
+        yield from map(_one, jobs)
+        return
+    with multiprocessing.get_context("spawn").Pool(workers, maxtasksperchild=50) as pool:
+        yield from pool.imap(_one, jobs)
+
+
+@dataclass
+class Summary:
+    """A campaign's totals (what ``results/sim.json`` holds)."""
+
+    seeds: list[int] = field(default_factory=list)
+    messages: int = 0
+    simulated_ms: int = 0
+    faults: Counter[str] = field(default_factory=Counter)
+    lost: int = 0
+    early: int = 0
+    duplicates: int = 0
+    cancel_violations: int = 0
+    reschedule_violations: int = 0
+    corrupt: int = 0
+    unacknowledged: int = 0
+    delivered: int = 0
+    dead_lettered: int = 0
+    cancelled: int = 0
+    rejected: int = 0
+    lateness: Counter[int] = field(default_factory=Counter)
+    failing: list[int] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+
+    def add(self, result: RunResult) -> None:
+        """Count one seed in."""
+        v = result.verdict
+        self.seeds.append(result.seed)
+        self.messages += v.messages
+        self.simulated_ms += result.simulated_ms
+        self.faults.update(result.faults)
+        self.lost += v.count("lost")
+        self.early += v.count("early")
+        self.cancel_violations += v.count("cancel")
+        self.reschedule_violations += v.count("reschedule")
+        self.corrupt += v.count("corrupt")
+        self.duplicates += v.duplicates
+        self.unacknowledged += v.unacknowledged
+        self.delivered += v.delivered
+        self.dead_lettered += v.dead_lettered
+        self.cancelled += v.cancelled
+        self.rejected += v.rejected
+        self.lateness.update(v.lateness)
+        if not result.ok:
+            self.failing.append(result.seed)
+
+    def percentile(self, q: float) -> int:
+        """Lateness of first deliveries at quantile ``q`` (ms, to the histogram's 10 ms)."""
+        total = sum(self.lateness.values())
+        if not total:
+            return 0
+        rank = q * (total - 1)
+        seen = 0
+        for bucket in sorted(self.lateness):
+            seen += self.lateness[bucket]
+            if seen > rank:
+                return bucket * BUCKET_MS
+        return max(self.lateness) * BUCKET_MS
+
+    def as_dict(self, shape: Shape, knobs: Knobs) -> dict[str, Any]:
+        """The results file."""
+        return {
+            "seeds": {
+                "count": len(self.seeds),
+                "first": min(self.seeds, default=0),
+                "last": max(self.seeds, default=0),
+            },
+            "messages": self.messages,
+            "simulated_hours": round(self.simulated_ms / 3_600_000, 1),
+            "faults": dict(sorted(self.faults.items())),
+            "lost": self.lost,
+            "early": self.early,
+            "duplicates": self.duplicates,
+            "cancel_violations": self.cancel_violations,
+            "reschedule_violations": self.reschedule_violations,
+            "corrupt": self.corrupt,
+            "unacknowledged": self.unacknowledged,
+            "outcomes": {
+                "delivered": self.delivered,
+                "dead_lettered": self.dead_lettered,
+                "cancelled": self.cancelled,
+                "rejected": self.rejected,
+            },
+            "lateness_ms": {
+                "p50": self.percentile(0.5),
+                "p99": self.percentile(0.99),
+                "max": max(self.lateness, default=0) * BUCKET_MS,
+            },
+            "failing_seeds": self.failing,
+            "wall_seconds": round(time.monotonic() - self.started, 1),
+            "shape": shape.__dict__,
+            "knobs": knobs.as_dict(),
+        }
+
+
+def with_messages(shape: Shape, messages: int | None) -> Shape:
+    """The shape with another message count (the window grows with it)."""
+    if messages is None:
+        return shape
+    return replace(shape, messages=messages, window_ms=max(60_000, shape.window_ms * messages // shape.messages))

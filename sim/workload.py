@@ -1,0 +1,189 @@
+"""The workload of one seeded run: what producers write to the delay topic, and when.
+
+Delays across both paths and the horizon boundary (due now or past, within the direct window,
+seconds, minutes, either side of 15 minutes, hours), same-second bursts, cancels before and
+after delivery, ids reused after a cancel, reschedules earlier and later, values large enough
+to be offloaded to S3, and invalid records.
+"""
+
+from __future__ import annotations
+
+import base64
+import random
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from delayq import constants as c
+
+TARGETS: Final = ("orders.timeout", "reminders")
+FORBIDDEN_TARGET: Final = "payments.internal"
+LARGE_BYTES: Final = 250_000  # over the 200 KB offload threshold
+HORIZON_MS: Final = 900_000
+
+Kind = Literal["delay", "cancel", "reschedule", "invalid"]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How much and what mix one run writes."""
+
+    messages: int = 300
+    window_ms: int = 20 * 60_000
+    max_delay_ms: int = 2 * 3_600_000
+    burst_size: int = 25
+    cancel: float = 0.08
+    reuse_after_cancel: float = 0.35
+    reschedule: float = 0.08
+    large: float = 0.02
+    invalid: float = 0.03
+
+
+@dataclass
+class Intent:
+    """One record a producer writes, and what it means."""
+
+    kind: Kind
+    send_ms: int
+    delay_id: str
+    partition: int
+    headers: list[tuple[str, bytes]]
+    key: bytes | None = None
+    value: bytes | None = None
+    due_ms: int = 0  # a delay's due time; a reschedule's new due time
+    was_due_ms: int = 0  # a reschedule's old due time
+    offset: int = -1  # given by the broker
+
+    def record(self) -> dict[str, Any]:
+        """The record as the Kafka event source shows it (offset and partition added on write)."""
+        record: dict[str, Any] = {
+            "topic": "delay-requests",
+            "timestamp": self.send_ms,
+            "timestampType": "LOG_APPEND_TIME",
+            "headers": [{name: list(value)} for name, value in self.headers],
+        }
+        if self.key is not None:
+            record["key"] = base64.b64encode(self.key).decode()
+        if self.value is not None:
+            record["value"] = base64.b64encode(self.value).decode()
+        return record
+
+
+@dataclass
+class Workload:
+    """Every record of the run, in send order."""
+
+    intents: list[Intent] = field(default_factory=list)
+
+    @property
+    def last_due_ms(self) -> int:
+        """The latest due time asked for (old or new)."""
+        return max((max(i.due_ms, i.was_due_ms, i.send_ms) for i in self.intents), default=0)
+
+
+def partition_of(delay_id: str, partitions: int) -> int:
+    """Keyed by id, as a producer keyed by id would write (one id, one partition)."""
+    return zlib.crc32(delay_id.encode()) % partitions
+
+
+def generate(rng: random.Random, start_ms: int, shape: Shape, partitions: int) -> Workload:
+    """The records of one run (deterministic for a given ``rng`` state)."""
+    out: list[Intent] = []
+    counter = 0
+
+    def new_id() -> str:
+        nonlocal counter
+        counter += 1
+        return f"m-{counter}"
+
+    def delay(send_ms: int, due_ms: int, delay_id: str, relative: bool = False) -> Intent:
+        large = rng.random() < shape.large
+        value = rng.randbytes(LARGE_BYTES if large else rng.randint(1, 600))
+        headers = [(c.HEADER_TARGET, rng.choice(TARGETS).encode()), (c.HEADER_ID, delay_id.encode())]
+        if relative:
+            headers.append((c.HEADER_DELAY_MS, str(due_ms - send_ms).encode()))
+        else:
+            headers.append((c.HEADER_DELIVER_AT, str(due_ms).encode()))
+        headers.append(("trace", rng.randbytes(8).hex().encode()))
+        key = delay_id.encode() if rng.random() < 0.8 else None
+        return Intent("delay", send_ms, delay_id, partition_of(delay_id, partitions), headers, key, value, due_ms)
+
+    def delay_ms() -> int:
+        band = rng.random()
+        if band < 0.05:
+            return -rng.randint(0, 5_000)  # due already
+        if band < 0.17:
+            return rng.randint(0, 800)  # the direct window
+        if band < 0.37:
+            return rng.randint(1_000, 60_000)
+        if band < 0.55:
+            return rng.randint(60_000, HORIZON_MS - 40_000)
+        if band < 0.67:
+            return rng.randint(HORIZON_MS - 20_000, HORIZON_MS + 20_000)  # the boundary
+        return rng.randint(HORIZON_MS + 20_000, shape.max_delay_ms)
+
+    made = 0
+    while made < shape.messages:
+        send_ms = start_ms + rng.randint(0, shape.window_ms)
+        if rng.random() < 0.02:  # a burst: many messages due in the same second
+            due_ms = send_ms + max(0, delay_ms())
+            second_ms = due_ms - due_ms % 1000
+            for _ in range(shape.burst_size):
+                out.append(delay(send_ms, second_ms + rng.randint(0, 999), new_id()))
+            made += shape.burst_size
+            continue
+        if rng.random() < shape.invalid:
+            delay_id = new_id()
+            bad_target = rng.random() < 0.5
+            headers = [
+                (c.HEADER_TARGET, (FORBIDDEN_TARGET if bad_target else TARGETS[0]).encode()),
+                (c.HEADER_ID, delay_id.encode()),
+                (c.HEADER_DELIVER_AT, (str(send_ms + 5_000) if bad_target else "soon").encode()),
+            ]
+            out.append(
+                Intent("invalid", send_ms, delay_id, partition_of(delay_id, partitions), headers, None, rng.randbytes(40))
+            )
+            made += 1
+            continue
+        wait = delay_ms()  # a relative delay is never negative (the contract refuses it)
+        message = delay(send_ms, send_ms + wait, new_id(), relative=wait >= 0 and rng.random() < 0.3)
+        out.append(message)
+        made += 1
+        _controls(rng, shape, message, out, delay)
+    out.sort(key=lambda i: i.send_ms)
+    return Workload(out)
+
+
+def _controls(rng: random.Random, shape: Shape, message: Intent, out: list[Intent], delay: Any) -> None:
+    """Cancels, id reuse and reschedules that follow ``message``."""
+    wait = message.due_ms - message.send_ms
+    p = message.partition
+    if rng.random() < shape.cancel:
+        if wait > 20_000 and rng.random() < 0.7:
+            cancel_ms = message.send_ms + rng.randint(1_000, wait // 2)  # well before due
+        else:
+            cancel_ms = max(message.due_ms, message.send_ms) + rng.randint(5_000, 60_000)  # after
+        headers = [(c.HEADER_CANCEL, message.delay_id.encode())]
+        out.append(Intent("cancel", cancel_ms, message.delay_id, p, headers, None, None))
+        if rng.random() < shape.reuse_after_cancel:
+            send_ms = cancel_ms + rng.randint(1, 5_000)
+            again = delay(send_ms, send_ms + rng.randint(2_000, 1_800_000), message.delay_id)
+            if again.due_ms != message.due_ms:
+                out.append(again)
+        return
+    if wait > HORIZON_MS + 15 * 60_000 and rng.random() < shape.reschedule:
+        latest = message.due_ms - HORIZON_MS - 5 * 60_000  # still waiting in the store
+        moved_ms = rng.randint(message.send_ms + 1_000, latest)
+        new_due = moved_ms + (
+            rng.randint(2_000, 60_000) if rng.random() < 0.3 else rng.randint(HORIZON_MS + 60_000, 3_600_000)
+        )
+        if new_due == message.due_ms:
+            return
+        headers = [
+            (c.HEADER_RESCHEDULE, message.delay_id.encode()),
+            (c.HEADER_WAS_DUE, str(message.due_ms).encode()),
+            (c.HEADER_DELIVER_AT, str(new_due).encode()),
+        ]
+        out.append(
+            Intent("reschedule", moved_ms, message.delay_id, p, headers, None, None, new_due, message.due_ms)
+        )
