@@ -1,4 +1,6 @@
-"""Test factories: events, records, a controllable clock, a Lambda context, handler loading."""
+"""Test factories: events, records, handler loading, a recording SQS client, client errors.
+
+The doubles tests share with the benchmarks are in :mod:`testkit`."""
 
 from __future__ import annotations
 
@@ -12,7 +14,6 @@ from types import ModuleType
 from typing import Any
 
 from botocore.exceptions import ClientError
-from confluent_kafka import KafkaError
 from hypothesis import settings as hypothesis_settings
 
 from delayq.contract import DelayRequest
@@ -135,23 +136,6 @@ def kafka_event(*records: dict[str, Any], msk: bool = True) -> dict[str, Any]:
     return event
 
 
-@dataclass
-class LambdaContext:
-    """What Lambda passes as the context (enough for Powertools and our deadlines)."""
-
-    function_name: str = "delayq-test"
-    function_version: str = "$LATEST"
-    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:delayq-test"
-    memory_limit_in_mb: int = 512
-    aws_request_id: str = "00000000-0000-4000-8000-000000000000"
-    log_group_name: str = "/aws/lambda/delayq-test"
-    log_stream_name: str = "2026/11/21/[$LATEST]0"
-    remaining_ms: int = 60_000
-
-    def get_remaining_time_in_millis(self) -> int:
-        return self.remaining_ms
-
-
 def load_event(name: str) -> dict[str, Any]:
     """One of the shared sample events in events/."""
     event: dict[str, Any] = json.loads((EVENTS / name).read_text())
@@ -167,78 +151,6 @@ def load_handler(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-@dataclass
-class Produced:
-    """One record a FakeProducer acknowledged."""
-
-    topic: str
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes | None]]
-
-    def header(self, name: str) -> bytes | None:
-        return dict(self.headers)[name]
-
-
-class FakeProducer:
-    """confluent_kafka.Producer's produce/poll/flush contract, in memory.
-
-    ``fail_topics`` get a delivery error the cluster's refusal (unknown topic); ``unavailable``
-    fails every record as an unreachable cluster does (message timed out); ``silent`` records
-    never get a report (a flush timeout); ``refuse`` makes produce() itself raise.
-    """
-
-    def __init__(
-        self,
-        *,
-        fail_topics: set[str] | None = None,
-        silent: bool = False,
-        refuse: bool = False,
-        unavailable: bool = False,
-        clock: Any = None,
-    ) -> None:
-        self.produced: list[Produced] = []
-        self.produced_at: list[int] = []
-        self.fail_topics = fail_topics or set()
-        self.unavailable = unavailable
-        self.silent = silent
-        self.refuse = refuse
-        self._clock = clock
-        self._pending: list[tuple[Any, Produced]] = []
-
-    def produce(
-        self,
-        topic: str,
-        value: bytes | None = None,
-        key: bytes | None = None,
-        headers: list[tuple[str, bytes | None]] | None = None,
-        on_delivery: Any = None,
-    ) -> None:
-        if self.refuse:
-            raise ValueError("refused by the test")
-        record = Produced(topic, key, value, list(headers or []))
-        if self._clock is not None:
-            self.produced_at.append(self._clock())
-        self._pending.append((on_delivery, record))
-
-    def poll(self, timeout: float = 0) -> int:
-        return self.flush(timeout)
-
-    def flush(self, timeout: float = 0) -> int:
-        if self.silent:
-            return len(self._pending)
-        for callback, record in self._pending:
-            if self.unavailable:
-                callback(KafkaError(KafkaError._MSG_TIMED_OUT), None)
-            elif record.topic in self.fail_topics:
-                callback(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART), None)
-            else:
-                self.produced.append(record)
-                callback(None, record)
-        self._pending.clear()
-        return 0
 
 
 @dataclass

@@ -16,9 +16,9 @@ from delayq.payloads import PayloadStore, payload_key
 from delayq.queues import DelayQueue, SqsQueue
 from delayq.retry import Deadline
 from testkit.clock import NOW_MS, no_sleep_backoff
+from testkit.kafka import FakeProducer
 from tests.factories import (
     ClientProxy,
-    FakeProducer,
     SentEntry,
     client_error,
     kafka_event,
