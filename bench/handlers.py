@@ -31,11 +31,11 @@ from bench.workload import (
     ISSUE_7,
     batched,
     emitter_events,
-    kafka_event,
     kafka_record,
     mixed_delays_ms,
 )
 from testkit.clock import NOW_MS
+from testkit.events import kafka_event
 from testkit.lambda_context import LambdaContext
 
 ROOT: Final = Path(__file__).resolve().parent.parent
@@ -179,7 +179,7 @@ def measure_handlers(
     delays = mixed_delays_ms(ingest_batches * 100, ISSUE_7, rng)
     now = int(time.time() * 1000)  # the handlers use the system clock
     records = [kafka_record(i, delay_ms=d, timestamp_ms=now) for i, d in enumerate(delays)]
-    ingest_events = [kafka_event(c) for c in batched(records, 100)]
+    ingest_events = [kafka_event(*c) for c in batched(records, 100)]
 
     def ingest_setup(p: InMemoryPipeline) -> tuple[Any, ...]:
         from delayq.ingest import IngestServices  # noqa: PLC0415

@@ -4,10 +4,9 @@ The doubles tests share with the benchmarks are in :mod:`testkit`."""
 
 from __future__ import annotations
 
-import base64
 import importlib.util
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -20,6 +19,7 @@ from delayq.contract import DelayRequest
 from delayq.settings import Settings
 from delayq.store import MessageStore
 from testkit.clock import NOW_MS, no_sleep_backoff
+from testkit.events import queue_arn, sqs_record
 
 ROOT = Path(__file__).resolve().parent.parent
 EVENTS = ROOT / "events"
@@ -66,74 +66,6 @@ class AwsResources:
         return int(attrs["ApproximateNumberOfMessages"]) + int(
             attrs["ApproximateNumberOfMessagesDelayed"]
         )
-
-
-def header(name: str, value: str | bytes) -> dict[str, list[int]]:
-    """One header as the Kafka event source shows it: a byte array."""
-    raw = value.encode() if isinstance(value, str) else value
-    return {name: list(raw)}
-
-
-def kafka_record(
-    *,
-    offset: int = 0,
-    partition: int = 0,
-    topic: str = "delay-requests",
-    timestamp: int = NOW_MS,
-    key: bytes | None = b"k",
-    value: bytes | None = b"v",
-    headers: Sequence[Mapping[str, list[int] | None]] | None = None,
-    **control: str,
-) -> dict[str, Any]:
-    """A Kafka event record; control headers by keyword (``target="orders.timeout"``,
-    ``seconds="30"``, ``deliver_at=...``, ``ms=...``, ``id=...``, ``cancel=...``,
-    ``tenant=...``, ``priority=...``, ``reschedule=...``, ``was_due=...``)."""
-    names = {
-        "target": "delay-target",
-        "seconds": "delay-seconds",
-        "ms": "delay-ms",
-        "deliver_at": "delay-deliver-at",
-        "id": "delay-id",
-        "cancel": "delay-cancel",
-        "tenant": "delay-tenant",
-        "priority": "delay-priority",
-        "reschedule": "delay-reschedule",
-        "was_due": "delay-was-due",
-    }
-    all_headers = [header(names[k], v) for k, v in control.items()] + list(headers or [])
-    record: dict[str, Any] = {
-        "topic": topic,
-        "partition": partition,
-        "offset": offset,
-        "timestamp": timestamp,
-        "timestampType": "LOG_APPEND_TIME",
-        "headers": all_headers,
-    }
-    if key is not None:
-        record["key"] = base64.b64encode(key).decode()
-    if value is not None:
-        record["value"] = base64.b64encode(value).decode()
-    return record
-
-
-def kafka_event(*records: dict[str, Any], msk: bool = True) -> dict[str, Any]:
-    """An MSK (or self-managed) event with the records grouped by topic-partition."""
-    grouped: dict[str, list[dict[str, Any]]] = {}
-    for r in records:
-        grouped.setdefault(
-            f"{r.get('topic', 'delay-requests')}-{r.get('partition', 0)}", []
-        ).append(r)
-    event: dict[str, Any] = {"records": grouped}
-    if msk:
-        event["eventSource"] = "aws:kafka"
-        event["eventSourceArn"] = (
-            "arn:aws:kafka:us-east-1:123456789012:cluster/delayq/abcd1234-ab12-cd34-ef56-abcdef123456-1"
-        )
-        event["bootstrapServers"] = "b-1.delayq.abcd12.c2.kafka.us-east-1.amazonaws.com:9098"
-    else:
-        event["eventSource"] = "SelfManagedKafka"
-        event["bootstrapServers"] = "broker-1.example.internal:9092"
-    return event
 
 
 def load_event(name: str) -> dict[str, Any]:
@@ -227,31 +159,19 @@ class RecordingSqs:
         return [e for e in self.sent if e.queue_url == url]
 
 
-def queue_arn(url: str) -> str:
-    """The ARN of the queue at ``url`` (what an SQS event record names as its source)."""
-    return f"arn:aws:sqs:{REGION}:123456789012:{url.rsplit('/', 1)[-1]}"
-
-
 def sqs_event(entries: list[SentEntry], receive_count: int = 1) -> dict[str, Any]:
     """An SQS event (as the Lambda event source delivers it) for recorded entries."""
     return {
         "Records": [
-            {
-                "messageId": f"m-{i}-{e.sent_ms}",
-                "receiptHandle": f"rh-{i}-{e.sent_ms}",
-                "body": e.body,
-                "attributes": {
-                    "ApproximateReceiveCount": str(receive_count),
-                    "SentTimestamp": str(e.sent_ms),
-                    "SenderId": "AIDAEXAMPLE",
-                    "ApproximateFirstReceiveTimestamp": str(e.release_ms),
-                },
-                "messageAttributes": {},
-                "md5OfBody": "0" * 32,
-                "eventSource": "aws:sqs",
-                "eventSourceARN": queue_arn(e.queue_url),
-                "awsRegion": "us-east-1",
-            }
+            sqs_record(
+                message_id=f"m-{i}-{e.sent_ms}",
+                receipt_handle=f"rh-{i}-{e.sent_ms}",
+                body=e.body,
+                source_arn=queue_arn(e.queue_url),
+                receive_count=receive_count,
+                sent_ms=e.sent_ms,
+                first_receive_ms=e.release_ms,
+            )
             for i, e in enumerate(entries)
         ]
     }

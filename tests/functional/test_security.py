@@ -22,18 +22,10 @@ from delayq.exceptions import ConfigurationError
 from delayq.kafka import producer_config
 from delayq.settings import Settings
 from testkit.clock import NOW_MS
+from testkit.events import kafka_event, kafka_record
 from testkit.kafka import CapturedProducer
 from testkit.lambda_context import LambdaContext
-from tests.factories import (
-    PROPERTY,
-    REGION,
-    ROOT,
-    AwsResources,
-    delay_request,
-    kafka_event,
-    kafka_record,
-    load_handler,
-)
+from tests.factories import PROPERTY, REGION, ROOT, AwsResources, delay_request, load_handler
 from tests.functional.conftest import Pipeline
 
 ENV_PASSWORD = "password-from-the-environment"
