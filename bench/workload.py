@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Final
 
-from bench.payload import order_event
 from delayq.contract import DelayRequest, Envelope
 from testkit import events
 from testkit.clock import NOW_MS
+from testkit.payload import order_event
 
 DAY_SECONDS: Final = 86_400
 DELAY_TOPIC: Final = "delay-requests"
@@ -24,7 +24,7 @@ ALLOWED_TARGETS: Final = ("orders.*", "reminders")
 DELAY_QUEUE_ARN: Final = "arn:aws:sqs:us-east-1:123456789012:delayq-delay"
 
 # A "1 KB message": key + value + user headers = 1,024 bytes (what the payload limit counts);
-# the value is a JSON order event (bench.payload), one of VALUE_VARIANTS.
+# the value is a JSON order event (testkit.payload), one of VALUE_VARIANTS.
 KEY_BYTES: Final = 16
 USER_HEADERS: Final = (("trace-id", b"0123456789abcdef"),)
 MESSAGE_BYTES: Final = 1024
