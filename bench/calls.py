@@ -25,11 +25,10 @@ from bench.workload import (
     ISSUE_7,
     Workload,
     batched,
-    header,
-    kafka_event,
     kafka_record,
 )
 from delayq import buckets
+from testkit import events
 from testkit.aws import RequestCounter
 from testkit.clock import NOW_MS
 
@@ -180,7 +179,7 @@ def run_path(path: str, count: int, workload: Workload = ISSUE_7, seed: int = 11
 
         before = pipeline.counter.snapshot()
         for chunk in batched(records, INGEST_BATCH):
-            pipeline.ingest(kafka_event(chunk))
+            pipeline.ingest(events.kafka_event(*chunk))
         stage("ingest", before)
 
         if long_count:
@@ -237,11 +236,11 @@ def run_reschedules(count: int, workload: Workload = ISSUE_7, seed: int = 11) ->
         deadline = pipeline.deadline()
         pipeline.store.create_watermark(first - 1, NOW_MS, deadline)
         for chunk in batched(messages, INGEST_BATCH):
-            pipeline.ingest(kafka_event(chunk))
+            pipeline.ingest(events.kafka_event(*chunk))
         moves = [_reschedule_record(count + i, m) for i, m in enumerate(messages)]
         pipeline.counter.reset()
         moved = sum(
-            pipeline.ingest(kafka_event(chunk)).rescheduled
+            pipeline.ingest(events.kafka_event(*chunk)).rescheduled
             for chunk in batched(moves, INGEST_BATCH)
         )
         assert moved == count, (moved, count)
@@ -266,18 +265,16 @@ def _reschedule_record(offset: int, message: dict[str, Any]) -> dict[str, Any]:
         bytes(h["delay-deliver-at"]) for h in message["headers"] if "delay-deliver-at" in h
     ]
     delay_id = f"{message['topic']}-{message['partition']}-{message['offset']}"
-    return {
-        "topic": DELAY_TOPIC,
-        "partition": 0,
-        "offset": offset,
-        "timestamp": NOW_MS + 1,
-        "timestampType": "LOG_APPEND_TIME",
-        "headers": [
-            header("delay-reschedule", delay_id.encode()),
-            header("delay-was-due", was_due),
-            header("delay-deliver-at", str(int(was_due) + 3600_000).encode()),
-        ],
-    }
+    return events.kafka_record(
+        offset=offset,
+        topic=DELAY_TOPIC,
+        timestamp=NOW_MS + 1,
+        key=None,
+        value=None,
+        reschedule=delay_id,
+        was_due=was_due,
+        deliver_at=str(int(was_due) + 3600_000),
+    )
 
 
 @dataclass

@@ -15,13 +15,13 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from typing import Any, Final
 
-from bench.payload import random_bytes
 from bench.template import FunctionConfig, deployed
 from bench.workload import DAY_SECONDS, ISSUE_7, VALUE_BYTES, Workload, delay_request
 from delayq import buckets
 from delayq.store import message_item
 from testkit.aws import item_size, write_units
 from testkit.clock import NOW_MS
+from testkit.payload import random_bytes
 
 # --- prices --------------------------------------------------------------------------------
 

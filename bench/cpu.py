@@ -32,13 +32,13 @@ from bench.workload import (
     batched,
     delay_request,
     emitter_events,
-    kafka_event,
     kafka_record,
     mixed_delays_ms,
 )
 from delayq import buckets
 from delayq.kafka import KafkaDelivery
 from testkit.clock import NOW_MS
+from testkit.events import kafka_event
 
 # Ten times the 1,500 creates/s per core that Lmstfy publishes for its single-node benchmark.
 TARGET_PER_SECOND: Final = 15_000
@@ -177,7 +177,7 @@ def ingest_events(cfg: CpuSettings, workload: Workload = ISSUE_7) -> list[dict[s
     total = cfg.ingest_batches * cfg.ingest_batch_size
     delays = mixed_delays_ms(total, workload, rng)
     records = [kafka_record(i, delay_ms=d) for i, d in enumerate(delays)]
-    return [kafka_event(chunk) for chunk in batched(records, cfg.ingest_batch_size)]
+    return [kafka_event(*chunk) for chunk in batched(records, cfg.ingest_batch_size)]
 
 
 def ingest_requests(events: Sequence[Any]) -> list[floor.CapturedRequest]:

@@ -31,29 +31,25 @@ from bench.workload import (
     ISSUE_7,
     batched,
     emitter_events,
-    kafka_event,
     kafka_record,
     mixed_delays_ms,
 )
 from testkit.clock import NOW_MS
+from testkit.events import kafka_event
+from testkit.lambda_context import LambdaContext
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 
 
-@dataclass
-class Context:
-    """The parts of Lambda's context object the handlers and Powertools use."""
-
-    function_name: str = "delayq-bench"
-    function_version: str = "$LATEST"
-    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:delayq-bench"
-    memory_limit_in_mb: int = 1024
-    aws_request_id: str = "00000000-0000-4000-8000-000000000000"
-    log_group_name: str = "/aws/lambda/delayq-bench"
-    log_stream_name: str = "bench"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 600_000
+def bench_context() -> LambdaContext:
+    """The context each benchmarked invocation gets: the bench function, 1 GB, ten minutes
+    left (no deadline cuts a measured run short)."""
+    return LambdaContext(
+        function_name="delayq-bench",
+        memory_limit_in_mb=1024,
+        log_stream_name="bench",
+        remaining_ms=600_000,
+    )
 
 
 class _CountingWriter(io.TextIOBase):
@@ -142,7 +138,7 @@ def _run_handler(
         wired = setup(pipeline)
         module.__dict__["_setup"] = lambda wired=wired: wired  # replaces the cached factory
         writer = _CountingWriter()
-        context = Context()
+        context = bench_context()
         with (
             environ(TELEMETRY_ENV),
             contextlib.redirect_stdout(writer),
@@ -183,7 +179,7 @@ def measure_handlers(
     delays = mixed_delays_ms(ingest_batches * 100, ISSUE_7, rng)
     now = int(time.time() * 1000)  # the handlers use the system clock
     records = [kafka_record(i, delay_ms=d, timestamp_ms=now) for i, d in enumerate(delays)]
-    ingest_events = [kafka_event(c) for c in batched(records, 100)]
+    ingest_events = [kafka_event(*c) for c in batched(records, 100)]
 
     def ingest_setup(p: InMemoryPipeline) -> tuple[Any, ...]:
         from delayq.ingest import IngestServices  # noqa: PLC0415

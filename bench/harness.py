@@ -24,8 +24,9 @@ from delayq.scheduler import ScheduleResult, run_scheduler
 from delayq.settings import Settings
 from delayq.stats import DeliveryStats
 from delayq.store import MessageStore
-from testkit.aws import FakeDynamoDB, FakeS3, FakeSqs, InMemoryProducer, RequestCounter
+from testkit.aws import FakeDynamoDB, FakeS3, FakeSqs, RequestCounter
 from testkit.clock import NOW_MS, FakeClock, no_sleep_backoff
+from testkit.kafka import FakeProducer
 
 TABLE: Final = "delayq-messages"
 BUCKET: Final = "delayq-payloads"
@@ -74,7 +75,7 @@ class InMemoryPipeline:
     dynamodb: FakeDynamoDB
     sqs: FakeSqs
     s3: FakeS3
-    producer: InMemoryProducer
+    producer: FakeProducer
     store: MessageStore
     payloads: PayloadStore
     delay_queue: DelayQueue
@@ -122,7 +123,7 @@ class InMemoryPipeline:
             dynamodb=dynamodb,
             sqs=sqs,
             s3=s3,
-            producer=InMemoryProducer(counter, keep=keep_records, clock=clock),
+            producer=FakeProducer(counter, keep=keep_records, clock=clock),
             store=store,
             payloads=payloads,
             delay_queue=DelayQueue(SqsQueue(sqs, s.delay_queue_url, backoff), s.emit_lead_ms),

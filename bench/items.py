@@ -90,6 +90,6 @@ def measure_items(variants: int = VALUE_VARIANTS) -> ItemFigures:
         decompress_us=round(_best_us(zlib.decompress, packed), 1),
         variants=variants,
         method=f"delayq.store.message_item on {variants} distinct 1 KB messages (16 B key, one "
-        f"16 B header, {VALUE_BYTES} B JSON order event from bench.payload) and on one with a "
+        f"16 B header, {VALUE_BYTES} B JSON order event from testkit.payload) and on one with a "
         "random-bytes value; DynamoDB item size rules; CPU best of 5 per value",
     )

@@ -153,7 +153,7 @@ def _child(bootstrap: str, batches: int, batch_size: int) -> dict[str, Any]:
     stages = {"interpreter": _rss_mb()}
     import dataclasses  # noqa: PLC0415 -- measured stage by stage
 
-    from bench.handlers import TELEMETRY_ENV, Context, environ, load_handler_module  # noqa: PLC0415
+    from bench.handlers import TELEMETRY_ENV, bench_context, environ, load_handler_module  # noqa: PLC0415
     from bench.harness import InMemoryPipeline  # noqa: PLC0415
     from bench.workload import VALUE_BYTES, emitter_events  # noqa: PLC0415
     from delayq import runtime  # noqa: PLC0415
@@ -187,7 +187,7 @@ def _child(bootstrap: str, batches: int, batch_size: int) -> dict[str, Any]:
     due_ms = int(time.time() * 1000) - 60_000
     events = emitter_events(batch_size, batch_size, due_ms)
     after: list[float] = []
-    context = Context()
+    context = bench_context()
     sink = open(os.devnull, "w")  # noqa: SIM115 -- the handler's logs, for the process
     stdout, sys.stdout = sys.stdout, sink
     try:

@@ -6,24 +6,25 @@ Everything is deterministic (seeded); building events is never part of a timed r
 
 from __future__ import annotations
 
-import base64
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Final
 
-from bench.payload import order_event
 from delayq.contract import DelayRequest, Envelope
+from testkit import events
 from testkit.clock import NOW_MS
+from testkit.payload import order_event
 
 DAY_SECONDS: Final = 86_400
 DELAY_TOPIC: Final = "delay-requests"
 TARGET: Final = "orders.timeout"
 ALLOWED_TARGETS: Final = ("orders.*", "reminders")
+DELAY_QUEUE_ARN: Final = "arn:aws:sqs:us-east-1:123456789012:delayq-delay"
 
 # A "1 KB message": key + value + user headers = 1,024 bytes (what the payload limit counts);
-# the value is a JSON order event (bench.payload), one of VALUE_VARIANTS.
+# the value is a JSON order event (testkit.payload), one of VALUE_VARIANTS.
 KEY_BYTES: Final = 16
 USER_HEADERS: Final = (("trace-id", b"0123456789abcdef"),)
 MESSAGE_BYTES: Final = 1024
@@ -107,11 +108,6 @@ class Workload:
 ISSUE_7 = Workload()
 
 
-def header(name: str, value: bytes) -> dict[str, list[int]]:
-    """One header as the Kafka event source shows it: a byte array."""
-    return {name: list(value)}
-
-
 def kafka_record(
     offset: int,
     *,
@@ -123,43 +119,28 @@ def kafka_record(
     partition: int = 0,
 ) -> dict[str, Any]:
     """A 1 KB delay request (or a cancel) as the Kafka event source delivers it."""
-    headers: list[dict[str, list[int]]] = []
+    control: dict[str, str] = {}
     if cancel is not None:
-        headers.append(header("delay-cancel", cancel.encode()))
+        control["cancel"] = cancel
     else:
-        headers.append(header("delay-target", TARGET.encode()))
+        control["target"] = TARGET
         if deliver_at_ms is not None:
-            headers.append(header("delay-deliver-at", str(deliver_at_ms).encode()))
+            control["deliver_at"] = str(deliver_at_ms)
         else:
-            headers.append(header("delay-ms", str(delay_ms or 0).encode()))
+            control["ms"] = str(delay_ms or 0)
         if delay_id is not None:
-            headers.append(header("delay-id", delay_id.encode()))
-    headers.extend(header(n, v) for n, v in USER_HEADERS)
+            control["id"] = delay_id
     key = f"key-{offset:012d}".encode()[:KEY_BYTES].ljust(KEY_BYTES, b"-")
-    value = message_value(offset) if cancel is None else b""
-    return {
-        "topic": DELAY_TOPIC,
-        "partition": partition,
-        "offset": offset,
-        "timestamp": timestamp_ms,
-        "timestampType": "LOG_APPEND_TIME",
-        "key": base64.b64encode(key).decode(),
-        "value": base64.b64encode(value).decode(),
-        "headers": headers,
-    }
-
-
-def kafka_event(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """An MSK event holding ``records`` grouped by topic-partition."""
-    grouped: dict[str, list[dict[str, Any]]] = {}
-    for r in records:
-        grouped.setdefault(f"{r['topic']}-{r['partition']}", []).append(r)
-    return {
-        "eventSource": "aws:kafka",
-        "eventSourceArn": "arn:aws:kafka:us-east-1:123456789012:cluster/delayq/bench-1",
-        "bootstrapServers": "b-1.bench.kafka.us-east-1.amazonaws.com:9098",
-        "records": grouped,
-    }
+    return events.kafka_record(
+        offset=offset,
+        partition=partition,
+        topic=DELAY_TOPIC,
+        timestamp=timestamp_ms,
+        key=key,
+        value=message_value(offset) if cancel is None else b"",
+        headers=[events.header(n, v) for n, v in USER_HEADERS],
+        **control,
+    )
 
 
 def batched(items: Sequence[Any], size: int) -> Iterator[list[Any]]:
@@ -197,23 +178,16 @@ def delay_request(index: int, due_ms: int, value: bytes | None = None) -> DelayR
 def sqs_record(
     index: int, body: str, receive_count: int = 1, sent_ms: int = NOW_MS
 ) -> dict[str, Any]:
-    """One record of an SQS event as the Lambda event source delivers it."""
-    return {
-        "messageId": f"00000000-0000-4000-8000-{index:012d}",
-        "receiptHandle": f"rh-{index}",
-        "body": body,
-        "attributes": {
-            "ApproximateReceiveCount": str(receive_count),
-            "SentTimestamp": str(sent_ms),
-            "SenderId": "AIDAEXAMPLE",
-            "ApproximateFirstReceiveTimestamp": str(sent_ms),
-        },
-        "messageAttributes": {},
-        "md5OfBody": "0" * 32,
-        "eventSource": "aws:sqs",
-        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:delayq-delay",
-        "awsRegion": "us-east-1",
-    }
+    """One record of an SQS event from the delay queue, as the Lambda event source delivers
+    it."""
+    return events.sqs_record(
+        message_id=f"00000000-0000-4000-8000-{index:012d}",
+        receipt_handle=f"rh-{index}",
+        body=body,
+        source_arn=DELAY_QUEUE_ARN,
+        receive_count=receive_count,
+        sent_ms=sent_ms,
+    )
 
 
 def emitter_events(messages: int, batch: int, due_ms: int, start: int = 0) -> list[dict[str, Any]]:

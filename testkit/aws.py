@@ -1,8 +1,9 @@
-"""In-memory stand-ins for the AWS clients the adapters call, and for a Kafka producer.
+"""In-memory stand-ins for the AWS clients the adapters call (the Kafka producer is in
+:mod:`testkit.kafka`).
 
 They answer the calls the layer's adapters make (``delayq.store``, ``delayq.queues``,
-``delayq.payloads``, ``delayq.kafka``) with the shapes and errors of the low-level boto3
-clients, at a small fraction of moto's cost, so that a benchmark measures the handler and not
+``delayq.payloads``) with the shapes and errors of the low-level boto3 clients, at a small
+fraction of moto's cost, so that a benchmark measures the handler and not
 the emulator. ``tests/unit/test_testkit_aws.py`` compares them with moto call by call.
 
 Every fake counts its calls by API name (``calls``) and the billing units they consume
@@ -943,114 +944,3 @@ class FakeS3:
         bucket.pop(Key, None)
         self.counter.record(self.service, "DeleteObject", delete=1)
         return {"ResponseMetadata": {"HTTPStatusCode": 204}}
-
-
-# --- Kafka ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ProducedRecord:
-    """One record the in-memory producer acknowledged."""
-
-    topic: str
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...]
-
-    def header(self, name: str) -> bytes | None:
-        """The last value of header ``name`` (None when absent)."""
-        found = None
-        for n, v in self.headers:
-            if n == name:
-                found = v
-        return found
-
-
-class _Delivered:
-    """What confluent-kafka passes to a delivery callback as the message."""
-
-    __slots__ = ("_record",)
-
-    def __init__(self, record: ProducedRecord) -> None:
-        self._record = record
-
-    def topic(self) -> str:
-        return self._record.topic
-
-    def key(self) -> bytes | None:
-        return self._record.key
-
-    def value(self) -> bytes | None:
-        return self._record.value
-
-    def headers(self) -> list[tuple[str, bytes | None]]:
-        return list(self._record.headers)
-
-
-class InMemoryProducer:
-    """``confluent_kafka.Producer``'s produce / poll / flush contract, acknowledging every
-    record at the next poll or flush.
-
-    ``keep=False`` only counts records (per topic), for long benchmark runs; ``fail_topics``
-    get a delivery error instead.
-    """
-
-    service = "kafka"
-
-    def __init__(
-        self,
-        counter: RequestCounter | None = None,
-        *,
-        keep: bool = True,
-        fail_topics: frozenset[str] = frozenset(),
-        clock: MsClock | None = None,
-    ) -> None:
-        self.counter = counter or RequestCounter()
-        self.keep = keep
-        self.fail_topics = fail_topics
-        self.clock = clock
-        self.records: list[ProducedRecord] = []
-        self.produced_ms: list[int] = []
-        self.per_topic: Counter[str] = Counter()
-        self._pending: list[tuple[Callable[[Any, Any], None] | None, ProducedRecord]] = []
-
-    def produce(
-        self,
-        topic: str,
-        value: bytes | None = None,
-        key: bytes | None = None,
-        headers: Sequence[tuple[str, bytes | None]] | None = None,
-        on_delivery: Callable[[Any, Any], None] | None = None,
-        **_: Any,
-    ) -> None:
-        """Queue one record for acknowledgement."""
-        self._pending.append((on_delivery, ProducedRecord(topic, key, value, tuple(headers or ()))))
-
-    def poll(self, timeout: float = 0) -> int:
-        """Serve delivery callbacks; returns how many were served."""
-        return self._serve()
-
-    def flush(self, timeout: float = 0) -> int:
-        """Serve every delivery callback; returns how many are still pending (always 0)."""
-        self._serve()
-        return 0
-
-    def __len__(self) -> int:
-        return len(self._pending)
-
-    def _serve(self) -> int:
-        pending, self._pending = self._pending, []
-        for callback, record in pending:
-            if record.topic in self.fail_topics:
-                if callback:
-                    callback("KafkaError{code=UNKNOWN_TOPIC_OR_PART}", None)
-                continue
-            self.per_topic[record.topic] += 1
-            self.counter.record(self.service, "Produce", records=1)
-            if self.keep:
-                self.records.append(record)
-                if self.clock is not None:
-                    self.produced_ms.append(self.clock())
-            if callback:
-                callback(None, _Delivered(record))
-        return len(pending)

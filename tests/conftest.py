@@ -11,7 +11,8 @@ from moto import mock_aws
 
 from delayq.settings import Settings
 from testkit.clock import FakeClock
-from tests.factories import REGION, TARGETS, AwsResources, LambdaContext
+from testkit.lambda_context import LambdaContext
+from tests.factories import REGION, TARGETS, AwsResources
 
 
 @pytest.fixture(autouse=True)

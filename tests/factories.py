@@ -1,24 +1,25 @@
-"""Test factories: events, records, a controllable clock, a Lambda context, handler loading."""
+"""Test factories: events, records, handler loading, a recording SQS client, client errors.
+
+The doubles tests share with the benchmarks are in :mod:`testkit`."""
 
 from __future__ import annotations
 
-import base64
 import importlib.util
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from botocore.exceptions import ClientError
-from confluent_kafka import KafkaError
 from hypothesis import settings as hypothesis_settings
 
 from delayq.contract import DelayRequest
 from delayq.settings import Settings
 from delayq.store import MessageStore
 from testkit.clock import NOW_MS, no_sleep_backoff
+from testkit.events import queue_arn, sqs_record
 
 ROOT = Path(__file__).resolve().parent.parent
 EVENTS = ROOT / "events"
@@ -67,91 +68,6 @@ class AwsResources:
         )
 
 
-def header(name: str, value: str | bytes) -> dict[str, list[int]]:
-    """One header as the Kafka event source shows it: a byte array."""
-    raw = value.encode() if isinstance(value, str) else value
-    return {name: list(raw)}
-
-
-def kafka_record(
-    *,
-    offset: int = 0,
-    partition: int = 0,
-    topic: str = "delay-requests",
-    timestamp: int = NOW_MS,
-    key: bytes | None = b"k",
-    value: bytes | None = b"v",
-    headers: Sequence[Mapping[str, list[int] | None]] | None = None,
-    **control: str,
-) -> dict[str, Any]:
-    """A Kafka event record; control headers by keyword (``target="orders.timeout"``,
-    ``seconds="30"``, ``deliver_at=...``, ``ms=...``, ``id=...``, ``cancel=...``,
-    ``tenant=...``, ``priority=...``, ``reschedule=...``, ``was_due=...``)."""
-    names = {
-        "target": "delay-target",
-        "seconds": "delay-seconds",
-        "ms": "delay-ms",
-        "deliver_at": "delay-deliver-at",
-        "id": "delay-id",
-        "cancel": "delay-cancel",
-        "tenant": "delay-tenant",
-        "priority": "delay-priority",
-        "reschedule": "delay-reschedule",
-        "was_due": "delay-was-due",
-    }
-    all_headers = [header(names[k], v) for k, v in control.items()] + list(headers or [])
-    record: dict[str, Any] = {
-        "topic": topic,
-        "partition": partition,
-        "offset": offset,
-        "timestamp": timestamp,
-        "timestampType": "LOG_APPEND_TIME",
-        "headers": all_headers,
-    }
-    if key is not None:
-        record["key"] = base64.b64encode(key).decode()
-    if value is not None:
-        record["value"] = base64.b64encode(value).decode()
-    return record
-
-
-def kafka_event(*records: dict[str, Any], msk: bool = True) -> dict[str, Any]:
-    """An MSK (or self-managed) event with the records grouped by topic-partition."""
-    grouped: dict[str, list[dict[str, Any]]] = {}
-    for r in records:
-        grouped.setdefault(
-            f"{r.get('topic', 'delay-requests')}-{r.get('partition', 0)}", []
-        ).append(r)
-    event: dict[str, Any] = {"records": grouped}
-    if msk:
-        event["eventSource"] = "aws:kafka"
-        event["eventSourceArn"] = (
-            "arn:aws:kafka:us-east-1:123456789012:cluster/delayq/abcd1234-ab12-cd34-ef56-abcdef123456-1"
-        )
-        event["bootstrapServers"] = "b-1.delayq.abcd12.c2.kafka.us-east-1.amazonaws.com:9098"
-    else:
-        event["eventSource"] = "SelfManagedKafka"
-        event["bootstrapServers"] = "broker-1.example.internal:9092"
-    return event
-
-
-@dataclass
-class LambdaContext:
-    """What Lambda passes as the context (enough for Powertools and our deadlines)."""
-
-    function_name: str = "delayq-test"
-    function_version: str = "$LATEST"
-    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:delayq-test"
-    memory_limit_in_mb: int = 512
-    aws_request_id: str = "00000000-0000-4000-8000-000000000000"
-    log_group_name: str = "/aws/lambda/delayq-test"
-    log_stream_name: str = "2026/11/21/[$LATEST]0"
-    remaining_ms: int = 60_000
-
-    def get_remaining_time_in_millis(self) -> int:
-        return self.remaining_ms
-
-
 def load_event(name: str) -> dict[str, Any]:
     """One of the shared sample events in events/."""
     event: dict[str, Any] = json.loads((EVENTS / name).read_text())
@@ -167,78 +83,6 @@ def load_handler(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-@dataclass
-class Produced:
-    """One record a FakeProducer acknowledged."""
-
-    topic: str
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes | None]]
-
-    def header(self, name: str) -> bytes | None:
-        return dict(self.headers)[name]
-
-
-class FakeProducer:
-    """confluent_kafka.Producer's produce/poll/flush contract, in memory.
-
-    ``fail_topics`` get a delivery error the cluster's refusal (unknown topic); ``unavailable``
-    fails every record as an unreachable cluster does (message timed out); ``silent`` records
-    never get a report (a flush timeout); ``refuse`` makes produce() itself raise.
-    """
-
-    def __init__(
-        self,
-        *,
-        fail_topics: set[str] | None = None,
-        silent: bool = False,
-        refuse: bool = False,
-        unavailable: bool = False,
-        clock: Any = None,
-    ) -> None:
-        self.produced: list[Produced] = []
-        self.produced_at: list[int] = []
-        self.fail_topics = fail_topics or set()
-        self.unavailable = unavailable
-        self.silent = silent
-        self.refuse = refuse
-        self._clock = clock
-        self._pending: list[tuple[Any, Produced]] = []
-
-    def produce(
-        self,
-        topic: str,
-        value: bytes | None = None,
-        key: bytes | None = None,
-        headers: list[tuple[str, bytes | None]] | None = None,
-        on_delivery: Any = None,
-    ) -> None:
-        if self.refuse:
-            raise ValueError("refused by the test")
-        record = Produced(topic, key, value, list(headers or []))
-        if self._clock is not None:
-            self.produced_at.append(self._clock())
-        self._pending.append((on_delivery, record))
-
-    def poll(self, timeout: float = 0) -> int:
-        return self.flush(timeout)
-
-    def flush(self, timeout: float = 0) -> int:
-        if self.silent:
-            return len(self._pending)
-        for callback, record in self._pending:
-            if self.unavailable:
-                callback(KafkaError(KafkaError._MSG_TIMED_OUT), None)
-            elif record.topic in self.fail_topics:
-                callback(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART), None)
-            else:
-                self.produced.append(record)
-                callback(None, record)
-        self._pending.clear()
-        return 0
 
 
 @dataclass
@@ -315,31 +159,19 @@ class RecordingSqs:
         return [e for e in self.sent if e.queue_url == url]
 
 
-def queue_arn(url: str) -> str:
-    """The ARN of the queue at ``url`` (what an SQS event record names as its source)."""
-    return f"arn:aws:sqs:{REGION}:123456789012:{url.rsplit('/', 1)[-1]}"
-
-
 def sqs_event(entries: list[SentEntry], receive_count: int = 1) -> dict[str, Any]:
     """An SQS event (as the Lambda event source delivers it) for recorded entries."""
     return {
         "Records": [
-            {
-                "messageId": f"m-{i}-{e.sent_ms}",
-                "receiptHandle": f"rh-{i}-{e.sent_ms}",
-                "body": e.body,
-                "attributes": {
-                    "ApproximateReceiveCount": str(receive_count),
-                    "SentTimestamp": str(e.sent_ms),
-                    "SenderId": "AIDAEXAMPLE",
-                    "ApproximateFirstReceiveTimestamp": str(e.release_ms),
-                },
-                "messageAttributes": {},
-                "md5OfBody": "0" * 32,
-                "eventSource": "aws:sqs",
-                "eventSourceARN": queue_arn(e.queue_url),
-                "awsRegion": "us-east-1",
-            }
+            sqs_record(
+                message_id=f"m-{i}-{e.sent_ms}",
+                receipt_handle=f"rh-{i}-{e.sent_ms}",
+                body=e.body,
+                source_arn=queue_arn(e.queue_url),
+                receive_count=receive_count,
+                sent_ms=e.sent_ms,
+                first_receive_ms=e.release_ms,
+            )
             for i, e in enumerate(entries)
         ]
     }

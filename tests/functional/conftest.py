@@ -22,7 +22,8 @@ from delayq.shaping import Shaper
 from delayq.stats import DeliveryStats, FlushPolicy
 from delayq.store import MessageStore, Watermark
 from testkit.clock import FakeClock, no_sleep_backoff
-from tests.factories import AwsResources, FakeProducer, RecordingSqs, SentEntry, sqs_event, store_of
+from testkit.kafka import FakeProducer
+from tests.factories import AwsResources, RecordingSqs, SentEntry, sqs_event, store_of
 
 
 @dataclass

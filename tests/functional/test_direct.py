@@ -14,7 +14,9 @@ from delayq.exceptions import DelayQueueError
 from delayq.ingest import IngestResult
 from delayq.queues import DelayQueue, SqsQueue
 from testkit.clock import NOW_MS, no_sleep_backoff
-from tests.factories import ClientProxy, FakeProducer, client_error, kafka_event, kafka_record
+from testkit.events import kafka_event, kafka_record
+from testkit.kafka import FakeProducer
+from tests.factories import ClientProxy, client_error
 from tests.functional.conftest import Pipeline
 
 

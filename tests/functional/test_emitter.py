@@ -14,14 +14,9 @@ from delayq.queues import DelayQueue, SqsQueue
 from delayq.retry import Deadline
 from delayq.stats import DeliveryStats, FlushPolicy
 from testkit.clock import NOW_MS, no_sleep_backoff
-from tests.factories import (
-    ClientProxy,
-    FakeProducer,
-    SentEntry,
-    client_error,
-    kafka_event,
-    kafka_record,
-)
+from testkit.events import kafka_event, kafka_record
+from testkit.kafka import FakeProducer
+from tests.factories import ClientProxy, SentEntry, client_error
 from tests.functional.conftest import Pipeline
 
 

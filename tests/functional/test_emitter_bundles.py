@@ -16,15 +16,9 @@ from delayq.payloads import PayloadStore, payload_key
 from delayq.queues import DelayQueue, SqsQueue
 from delayq.retry import Deadline
 from testkit.clock import NOW_MS, no_sleep_backoff
-from tests.factories import (
-    ClientProxy,
-    FakeProducer,
-    SentEntry,
-    client_error,
-    kafka_event,
-    kafka_record,
-    sqs_event,
-)
+from testkit.events import kafka_event, kafka_record
+from testkit.kafka import FakeProducer
+from tests.factories import ClientProxy, SentEntry, client_error, sqs_event
 from tests.functional.conftest import Pipeline
 
 

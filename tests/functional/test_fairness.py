@@ -18,7 +18,7 @@ from delayq.producing import Delivery
 from delayq.queues import DelayQueue, SqsQueue
 from delayq.shaping import Shaper
 from testkit.clock import NOW_MS, no_sleep_backoff
-from tests.factories import kafka_event, kafka_record
+from testkit.events import kafka_event, kafka_record
 from tests.functional.conftest import Pipeline
 
 LIMITS = {

@@ -13,7 +13,9 @@ from delayq.payloads import parse_ref, payload_key
 from delayq.retry import Deadline
 from delayq.store import MessageStore
 from testkit.clock import NOW_MS, FakeClock
-from tests.factories import AwsResources, FakeProducer, LambdaContext, load_event, load_handler
+from testkit.kafka import FakeProducer
+from testkit.lambda_context import LambdaContext
+from tests.factories import AwsResources, load_event, load_handler
 
 SAMPLE_PAYLOAD_BUCKET = "delayq-payloadbucket-1x2y3z4w5v6u"  # events/delay_queue_batch.json
 

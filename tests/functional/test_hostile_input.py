@@ -31,7 +31,9 @@ from delayq.exceptions import MalformedEventError
 from delayq.payloads import parse_ref
 from delayq.store import request_from_item
 from testkit.clock import NOW_MS
-from tests.factories import FakeProducer, SentEntry, kafka_event, kafka_record
+from testkit.events import kafka_event, kafka_record
+from testkit.kafka import FakeProducer
+from tests.factories import SentEntry
 from tests.functional.conftest import Pipeline
 
 HOSTILE = hypothesis_settings(

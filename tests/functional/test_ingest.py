@@ -11,7 +11,7 @@ from delayq import buckets
 from delayq.exceptions import MalformedEventError, RetriesExhaustedError
 from delayq.store import Marker, MessageStore, Watermark
 from testkit.clock import NOW_MS, no_sleep_backoff
-from tests.factories import kafka_event, kafka_record
+from testkit.events import kafka_event, kafka_record
 from tests.functional.conftest import Pipeline
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from delayq.retry import Deadline
 from testkit.clock import NOW_MS
-from tests.factories import kafka_event, kafka_record
+from testkit.events import kafka_event, kafka_record
 from tests.functional.conftest import Pipeline
 
 

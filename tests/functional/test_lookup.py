@@ -8,7 +8,7 @@ from typing import Any
 from delayq.lookup import UNKNOWABLE, locate
 from delayq.retry import Deadline
 from testkit.clock import NOW_MS
-from tests.factories import kafka_event, kafka_record
+from testkit.events import kafka_event, kafka_record
 from tests.functional.conftest import Pipeline
 
 DUE_MS = NOW_MS + 1_200_000  # beyond the pipeline's horizon: stored

@@ -26,16 +26,8 @@ from delayq.redrive import (
 )
 from delayq.store import MessageStore, message_item
 from testkit.clock import NOW_MS, FakeClock, no_sleep_backoff
-from tests.factories import (
-    PROPERTY,
-    TARGETS,
-    ClientProxy,
-    SentEntry,
-    client_error,
-    delay_request,
-    kafka_event,
-    kafka_record,
-)
+from testkit.events import kafka_event, kafka_record
+from tests.factories import PROPERTY, TARGETS, ClientProxy, SentEntry, client_error, delay_request
 from tests.functional.conftest import Pipeline
 
 DLQ = RedriveSource.DELAY_DLQ

@@ -6,7 +6,7 @@ from __future__ import annotations
 from delayq.redrive import SourceQueue
 from delayq.reject_listing import list_rejects
 from delayq.retry import Deadline
-from tests.factories import kafka_event, kafka_record
+from testkit.events import kafka_event, kafka_record
 from tests.functional.conftest import Pipeline
 
 

@@ -13,7 +13,8 @@ from delayq.contract import decode_body
 from delayq.emitter import EmitResult
 from delayq.ingest import IngestResult
 from testkit.clock import NOW_MS
-from tests.factories import ClientProxy, kafka_event, kafka_record
+from testkit.events import kafka_event, kafka_record
+from tests.factories import ClientProxy
 from tests.functional.conftest import Pipeline
 
 OLD_DUE_MS = NOW_MS + 1200_000  # beyond the pipeline's horizon (300 s): stored

@@ -16,7 +16,8 @@ from delayq.retry import Deadline
 from delayq.scheduler import fire_timer
 from delayq.store import Watermark
 from testkit.clock import NOW_MS, FakeClock
-from tests.factories import ClientProxy, kafka_event, kafka_record
+from testkit.events import kafka_event, kafka_record
+from tests.factories import ClientProxy
 from tests.functional.conftest import Pipeline
 
 

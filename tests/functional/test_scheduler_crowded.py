@@ -20,7 +20,8 @@ from delayq.retry import Deadline
 from delayq.scheduler import ScheduleResult, run_scheduler
 from delayq.store import Watermark
 from testkit.clock import NOW_MS
-from tests.factories import ClientProxy, kafka_event, kafka_record
+from testkit.events import kafka_event, kafka_record
+from tests.factories import ClientProxy
 from tests.functional.conftest import Pipeline
 
 DUE_MS = NOW_MS + 3_600_000

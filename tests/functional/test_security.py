@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 import json
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import boto3
 import confluent_kafka
@@ -22,17 +22,10 @@ from delayq.exceptions import ConfigurationError
 from delayq.kafka import producer_config
 from delayq.settings import Settings
 from testkit.clock import NOW_MS
-from tests.factories import (
-    PROPERTY,
-    REGION,
-    ROOT,
-    AwsResources,
-    LambdaContext,
-    delay_request,
-    kafka_event,
-    kafka_record,
-    load_handler,
-)
+from testkit.events import kafka_event, kafka_record
+from testkit.kafka import CapturedProducer
+from testkit.lambda_context import LambdaContext
+from tests.factories import PROPERTY, REGION, ROOT, AwsResources, delay_request, load_handler
 from tests.functional.conftest import Pipeline
 
 ENV_PASSWORD = "password-from-the-environment"
@@ -160,18 +153,6 @@ def test_narrowing_the_allow_list_stops_messages_already_waiting(p: Pipeline) ->
 
 
 # --- Kafka credentials: Secrets Manager, never the environment -------------------------------
-
-
-class CapturedProducer:
-    """Stands in for confluent_kafka.Producer: keeps its configuration, connects nowhere."""
-
-    configs: ClassVar[list[dict[str, Any]]] = []
-
-    def __init__(self, config: dict[str, Any]) -> None:
-        CapturedProducer.configs.append(config)
-
-    def flush(self, timeout: float = 0) -> int:
-        return 0
 
 
 @pytest.fixture

@@ -24,7 +24,8 @@ from delayq_local.cli import _describe, main
 from delayq_local.state import ENV_STATE_FILE, write_state
 from delayq_local.testing import RecordingHandler
 from testkit.clock import NOW_MS, FakeClock
-from tests.factories import REGION, TARGETS, AwsResources, delay_request, kafka_event, kafka_record
+from testkit.events import kafka_event, kafka_record
+from tests.factories import REGION, TARGETS, AwsResources, delay_request
 from tests.integration.support import PROJECT_ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]

@@ -12,8 +12,8 @@ from bench.harness import InMemoryPipeline
 from bench.report import _floor_rows
 from bench.workload import delay_request
 from delayq.contract import Envelope, encode_bundle
-from testkit.aws import InMemoryProducer, ProducedRecord
 from testkit.clock import NOW_MS
+from testkit.kafka import FakeProducer, ProducedRecord
 
 TINY = cpu.CpuSettings(
     ingest_batches=2,
@@ -65,14 +65,14 @@ def test_emitter_floor_produces_the_records_the_handler_produces() -> None:
     delivered = sum(len(pipeline.emit(e, services).deliveries) for e in events)
     pipeline.close()
 
-    producer = InMemoryProducer(keep=True)
+    producer = FakeProducer(keep=True)
     acknowledged: list[object] = []
     produced = floor.emitter_floor(
         events, producer, lambda: NOW_MS, lambda err, msg: acknowledged.append(msg)
     )
     assert produced == delivered == TINY.emitter_batches * TINY.emitter_batch_size
-    assert len(producer.records) == len(pipeline.producer.records) == produced
-    assert producer.records == pipeline.producer.records  # same topic, key, value, headers
+    assert len(producer.produced) == len(pipeline.producer.produced) == produced
+    assert producer.produced == pipeline.producer.produced  # same topic, key, value, headers
     assert len(acknowledged) == produced
 
 
@@ -80,11 +80,11 @@ def test_emitter_floor_reads_bundles() -> None:
     requests = [delay_request(i, NOW_MS) for i in range(3)]
     body = encode_bundle([Envelope(r).encode() for r in requests])
     event = {"Records": [{"body": body, "attributes": {"ApproximateReceiveCount": "1"}}]}
-    producer = InMemoryProducer(keep=True)
+    producer = FakeProducer(keep=True)
     assert floor.emitter_floor([event], producer, lambda: NOW_MS) == 3
     ids = [r.delay_id.encode() for r in requests]
-    assert [r.header("delay-id") for r in producer.records] == ids
-    assert all(isinstance(r, ProducedRecord) for r in producer.records)
+    assert [r.header("delay-id") for r in producer.produced] == ids
+    assert all(isinstance(r, ProducedRecord) for r in producer.produced)
 
 
 def test_ratio() -> None:

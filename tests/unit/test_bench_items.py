@@ -8,7 +8,7 @@ import pytest
 
 from bench.items import measure_items
 from bench.memory import HEADROOM, RUNTIME_ALLOWANCE_MB, suggested_memory_mb
-from bench.payload import order_event, random_bytes
+from testkit.payload import order_event, random_bytes
 
 
 @pytest.mark.parametrize("size", [640, 984, 4096])

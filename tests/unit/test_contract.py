@@ -33,7 +33,8 @@ from delayq.contract import (
 from delayq.exceptions import EnvelopeError, MalformedEventError
 from delayq.settings import Settings
 from testkit.clock import NOW_MS
-from tests.factories import PROPERTY, delay_request, header, kafka_event, kafka_record
+from testkit.events import header, kafka_event, kafka_record
+from tests.factories import PROPERTY, delay_request
 
 WEEK_S = 7 * 24 * 3600
 

@@ -31,7 +31,8 @@ from delayq.kafka import (
     scram_credentials,
 )
 from delayq.settings import Settings
-from tests.factories import REGION, FakeProducer
+from testkit.kafka import CapturedProducer, FakeProducer
+from tests.factories import REGION
 
 SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:delayq-kafka"
 
@@ -185,16 +186,10 @@ def test_a_binary_secret_is_a_configuration_error(secrets: Any) -> None:
 # --- make_producer -----------------------------------------------------------------------------
 
 
-class CapturedProducer:
-    """Stands in for confluent_kafka.Producer: keeps the configuration, connects nowhere."""
-
-    def __init__(self, config: dict[str, Any]) -> None:
-        self.config = config
-
-
 @pytest.fixture
 def captured(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(confluent_kafka, "Producer", CapturedProducer)
+    monkeypatch.setattr(CapturedProducer, "configs", [])
 
 
 @pytest.mark.usefixtures("captured")
@@ -265,7 +260,7 @@ def test_deliver_returns_none_for_every_acknowledged_record() -> None:
     producer = FakeProducer()
     results = KafkaDelivery(fixed(producer), 1.0).deliver([record("orders.a"), record("reminders")])
     assert results == [None, None]
-    assert [(p.topic, p.key, p.value, p.headers) for p in producer.produced] == [
+    assert [(p.topic, p.key, p.value, list(p.headers)) for p in producer.produced] == [
         ("orders.a", b"k", b"v", [("trace", b"t-1"), ("empty", None)]),
         ("reminders", b"k", b"v", [("trace", b"t-1"), ("empty", None)]),
     ]

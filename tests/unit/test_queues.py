@@ -15,7 +15,8 @@ from delayq.payloads import PayloadStore, parse_ref
 from delayq.queues import DelayQueue, Outgoing, RejectQueue, SqsQueue, TickQueue
 from delayq.retry import Deadline
 from testkit.clock import NOW_MS, no_sleep_backoff
-from tests.factories import AwsResources, ClientProxy, client_error, delay_request, kafka_record
+from testkit.events import kafka_record
+from tests.factories import AwsResources, ClientProxy, client_error, delay_request
 
 
 def deadline() -> Deadline:

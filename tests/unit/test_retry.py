@@ -19,7 +19,8 @@ from botocore.exceptions import (
 from delayq.exceptions import RetriesExhaustedError
 from delayq.retry import Backoff, Deadline, is_retryable, retry_call, retry_partial
 from testkit.clock import FakeClock, no_sleep_backoff
-from tests.factories import LambdaContext, client_error
+from testkit.lambda_context import LambdaContext
+from tests.factories import client_error
 
 
 class UpperBound(random.Random):

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import random
 import zlib
 from typing import Any
 
 import pytest
 
-from bench.payload import order_event
 from delayq import buckets
 from delayq import constants as c
 from delayq.contract import DelayRequest, estimated_body_bytes
@@ -22,6 +20,7 @@ from delayq.settings import Settings
 from delayq.store import MessageStore, message_item, request_from_item
 from testkit.aws import item_size, write_units
 from testkit.clock import NOW_MS, no_sleep_backoff
+from testkit.payload import order_event, random_bytes
 from tests.factories import AwsResources, delay_request
 
 DUE_MS = NOW_MS + 3_600_000 + 250
@@ -42,10 +41,6 @@ def json_message(index: int = 1) -> DelayRequest:
         headers=(("trace-id", b"0123456789abcdef"),),
         due_ms=DUE_MS,
     )
-
-
-def random_bytes(size: int, seed: int = 3) -> bytes:
-    return random.Random(seed).randbytes(size)
 
 
 def stream_image(stored: dict[str, Any]) -> dict[str, Any]:
@@ -75,7 +70,7 @@ def test_a_compressible_value_is_stored_compressed_and_comes_back_exact() -> Non
 
 
 def test_an_incompressible_value_is_stored_as_it_is() -> None:
-    request = dataclasses.replace(json_message(), value=random_bytes(984))
+    request = dataclasses.replace(json_message(), value=random_bytes(3, 984))
     stored = item(request)
     assert stored[c.ATTR_VALUE] == {"B": request.value}
     assert c.ATTR_VALUE_Z not in stored
@@ -100,8 +95,8 @@ def test_the_largest_inline_message_fits_a_dynamodb_item() -> None:
     """Ingest offloads a value to S3 when the envelope would not fit SQS; what stays inline,
     with the most key and headers a record may carry, is far below DynamoDB's 400 KB."""
     settings = Settings(offload_threshold_bytes=10 * 1024 * 1024)
-    key = random_bytes(30_000, seed=1)
-    headers = (("blob", random_bytes(17_000, seed=2)),)
+    key = random_bytes(1, 30_000)
+    headers = (("blob", random_bytes(2, 17_000)),)
     base = delay_request(key=key, headers=headers, value=b"")
     assert estimated_body_bytes(dataclasses.replace(base, value=None)) <= (
         c.MAX_INLINE_KEY_AND_HEADERS_BYTES
@@ -109,12 +104,12 @@ def test_the_largest_inline_message_fits_a_dynamodb_item() -> None:
     low, high = 0, c.SQS_MAX_MESSAGE_BYTES
     while low < high:  # the largest value ingest keeps inline
         mid = (low + high + 1) // 2
-        if needs_offload(dataclasses.replace(base, value=random_bytes(mid)), settings):
+        if needs_offload(dataclasses.replace(base, value=random_bytes(3, mid)), settings):
             high = mid - 1
         else:
             low = mid
-    largest = dataclasses.replace(base, value=random_bytes(low))
-    assert needs_offload(dataclasses.replace(base, value=random_bytes(low + 1)), settings)
+    largest = dataclasses.replace(base, value=random_bytes(3, low))
+    assert needs_offload(dataclasses.replace(base, value=random_bytes(3, low + 1)), settings)
     assert item_size(item(largest)) < DYNAMODB_MAX_ITEM_BYTES
     assert request_from_item(item(largest)) == largest
 
@@ -225,7 +220,7 @@ def test_every_form_round_trips_through_dynamodb(aws: AwsResources) -> None:
     )
     sent = [
         json_message(1),
-        dataclasses.replace(json_message(2), value=random_bytes(984)),
+        dataclasses.replace(json_message(2), value=random_bytes(3, 984)),
         dataclasses.replace(json_message(3), key=None, value=None, headers=()),
         dataclasses.replace(json_message(4), value=None, payload_ref="s3://b/payloads/x/4"),
         dataclasses.replace(json_message(5), delay_id="order-5", key=b"tenant-7/" * 30),

@@ -25,11 +25,11 @@ from testkit.aws import (
     FakeDynamoDB,
     FakeS3,
     FakeSqs,
-    InMemoryProducer,
     RequestCounter,
     item_size,
 )
 from testkit.clock import NOW_MS, FakeClock
+from testkit.kafka import FakeProducer
 from tests.factories import REGION, delay_request
 
 TABLE = "bench-table"
@@ -359,8 +359,8 @@ def test_s3_matches_moto() -> None:
         assert codes == ["NoSuchKey", "NoSuchKey"]
 
 
-def test_in_memory_producer_serves_delivery_reports() -> None:
-    producer = InMemoryProducer(fail_topics=frozenset({"broken"}))
+def test_fake_producer_serves_delivery_reports() -> None:
+    producer = FakeProducer(fail_topics=frozenset({"broken"}))
     delivery = KafkaDelivery(lambda _on_error: producer, 1.0)
     results = delivery.deliver(
         [
@@ -371,8 +371,8 @@ def test_in_memory_producer_serves_delivery_reports() -> None:
     assert results[0] is None
     assert results[1] is not None
     assert "UNKNOWN_TOPIC" in results[1].detail
-    assert [r.topic for r in producer.records] == ["orders.timeout"]
-    assert producer.records[0].header("h") == b"1"
+    assert [r.topic for r in producer.produced] == ["orders.timeout"]
+    assert producer.produced[0].header("h") == b"1"
 
 
 def test_bench_runs_end_to_end_with_tiny_inputs(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import json
 import random
 from typing import Any, Final
 
-_FIRST_EPOCH_S: Final = 1_795_248_000  # 2026-11-21T08:00:00Z, bench.workload.NOW_MS
+_FIRST_EPOCH_S: Final = 1_795_248_000  # 2026-11-21T08:00:00Z, testkit.clock.NOW_MS
 _PRODUCTS: Final = (
     ("Espresso beans 1 kg", "24.90"),
     ("Ceramic pour-over dripper", "18.50"),
