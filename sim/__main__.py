@@ -33,7 +33,12 @@ def seeds_of(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim", description=__doc__)
     parser.add_argument("--seeds", default="0-19", help="seeds to run: 7, 0-99 or 1,5,9-12")
-    parser.add_argument("--hours", type=float, default=None, help="each seed's producers write for this many simulated hours (default 1/3)")
+    parser.add_argument(
+        "--hours",
+        type=float,
+        default=None,
+        help="each seed's producers write for this many simulated hours (default 1/3)",
+    )
     parser.add_argument("--workers", type=int, default=2, help="processes (default 2)")
     parser.add_argument("--calm", action="store_true", help="no faults (a baseline)")
     parser.add_argument("--out", type=Path, default=Path("results/sim.json"))
@@ -42,11 +47,18 @@ def main(argv: list[str] | None = None) -> int:
 
     shape = Shape()
     if args.hours is not None:
-        shape = replace(shape, window_ms=int(args.hours * 3_600_000), messages=max(10, int(args.hours * RATE_PER_HOUR)))
+        shape = replace(
+            shape,
+            window_ms=int(args.hours * 3_600_000),
+            messages=max(10, int(args.hours * RATE_PER_HOUR)),
+        )
     knobs = Knobs.calm() if args.calm else Knobs()
     seeds = seeds_of(args.seeds)
     summary = Summary()
-    print(f"simulating {len(seeds)} seeds ({shape.messages} requests each, {args.workers} workers)", file=sys.stderr)
+    print(
+        f"simulating {len(seeds)} seeds ({shape.messages} requests each, {args.workers} workers)",
+        file=sys.stderr,
+    )
     for result in campaign(seeds, shape, knobs, args.workers):
         summary.add(result)
         if not args.quiet or not result.ok:
@@ -81,7 +93,9 @@ def _explain(result: RunResult, args: argparse.Namespace) -> None:
     if result.verdict.unacknowledged:
         print(f"  {result.verdict.unacknowledged} records never acknowledged by ingest")
     for violation in result.verdict.violations[:10]:
-        print(f"  {violation.kind}: {violation.delay_id} (due {violation.due_ms}): {violation.detail}")
+        print(
+            f"  {violation.kind}: {violation.delay_id} (due {violation.due_ms}): {violation.detail}"
+        )
     for delay_id, story in result.stories.items():
         print(f"  history of {delay_id}:")
         for line in story[:30]:
@@ -106,7 +120,10 @@ def _print_summary(report: dict[str, object], out: Path) -> None:
         f"{report['reschedule_violations']}, corrupt {report['corrupt']}, "
         f"unacknowledged {report['unacknowledged']}"
     )
-    print(f"lateness of first deliveries: p50 {lateness['p50']} ms, p99 {lateness['p99']} ms, max {lateness['max']} ms")
+    print(
+        f"lateness of first deliveries: p50 {lateness['p50']} ms, "
+        f"p99 {lateness['p99']} ms, max {lateness['max']} ms"
+    )
     print(f"failing seeds: {report['failing_seeds'] or 'none'}; written {out}")
 
 

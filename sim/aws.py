@@ -17,7 +17,8 @@ from confluent_kafka import KafkaError
 from delayq import constants as c
 from sim.faults import Knobs
 from sim.world import World
-from testkit.aws import FakeDynamoDB, ProducedRecord, RequestCounter
+from testkit.aws import FakeDynamoDB, RequestCounter
+from testkit.kafka import ProducedRecord
 
 _WRITES: Final = frozenset({"put_item", "update_item", "delete_item", "batch_write_item"})
 _READS: Final = frozenset({"get_item", "query", "batch_get_item"})
@@ -175,9 +176,7 @@ class SimProducer:
     delivery report may be lost after the write (the record is there, the report says it
     timed out); ``produce()`` itself may refuse a record (queue full)."""
 
-    def __init__(
-        self, world: World, knobs: Knobs, cluster: TargetCluster, function: str
-    ) -> None:
+    def __init__(self, world: World, knobs: Knobs, cluster: TargetCluster, function: str) -> None:
         self.world = world
         self.knobs = knobs
         self.cluster = cluster

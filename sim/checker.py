@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from delayq import constants as c
-from delayq.contract import EnvelopeError, decode_body
+from delayq.contract import decode_body
+from delayq.exceptions import EnvelopeError
 from delayq.store import request_from_item
 from sim.aws import Produced
 from sim.pipeline import Pipeline
@@ -117,7 +118,7 @@ class Checker:
         for body in self.p.queue_bodies(self.p.settings.reject_queue_url):
             d = json.loads(body)
             source = d.get("source") or {}
-            found[(source.get("partition"), source.get("offset"))] = (
+            found[(int(source.get("partition", -1)), int(source.get("offset", -1)))] = (
                 str(d.get("reason")),
                 self.p.rejected_record(body),
             )
@@ -150,7 +151,9 @@ class Checker:
         original = base64.b64encode(intent.value or b"").decode()
         if found is None or found[1] is None or found[1].get("value") != original:
             verdict.violations.append(
-                Violation("lost", intent.delay_id, 0, "invalid record not in the reject queue whole")
+                Violation(
+                    "lost", intent.delay_id, 0, "invalid record not in the reject queue whole"
+                )
             )
             return
         verdict.rejected += 1
@@ -159,62 +162,72 @@ class Checker:
         verdict.messages += 1
         refused = self.rejects.get((message.partition, message.offset))
         if refused is not None:
+            detail = f"a valid request rejected: {refused[0]}"
             verdict.violations.append(
-                Violation("refused", message.delay_id, message.due_ms, f"a valid request rejected: {refused[0]}")
+                Violation("refused", message.delay_id, message.due_ms, detail)
             )
             return
-        later = [i for i in same_id if i.send_ms > message.send_ms and self.ack_ms[id(i)] is not None]
+        later = [
+            i for i in same_id if i.send_ms > message.send_ms and self.ack_ms[id(i)] is not None
+        ]
+        dues = [message.due_ms, *self._moves(message, later, verdict)]
+        delivered = [d for due in dues for d in self.deliveries.get((message.delay_id, due), [])]
         cancels = [i for i in later if i.kind == "cancel"]
-        moves = [i for i in later if i.kind == "reschedule" and i.was_due_ms == message.due_ms]
-        due = message.due_ms
-        moved_to: int | None = None
-        for move in moves:
-            refused = (move.partition, move.offset) in self.rejects
-            if not refused:
-                moved_to = move.due_ms
-                if self._early_enough(move, message.due_ms):
-                    for old in self.deliveries.get((message.delay_id, message.due_ms), []):
-                        verdict.violations.append(
-                            Violation(
-                                "reschedule",
-                                message.delay_id,
-                                due,
-                                f"delivered at the old time ({old.at_ms}) after a reschedule acknowledged at {self.ack_ms[id(move)]}",
-                            )
-                        )
-        dues = [due] if moved_to is None else [moved_to, due]
-        delivered = [d for k in dues for d in self.deliveries.get((message.delay_id, k), [])]
-        sure_cancel = any(self._early_enough(cn, min(dues)) for cn in cancels)
-        if sure_cancel:
+        if any(self._early_enough(cancel, min(dues)) for cancel in cancels):
             verdict.cancelled += 1
             for d in delivered:
+                detail = f"delivered at {d.at_ms} after a timely cancel"
                 verdict.violations.append(
-                    Violation("cancel", message.delay_id, due, f"delivered at {d.at_ms} after a timely cancel")
+                    Violation("cancel", message.delay_id, message.due_ms, detail)
                 )
-            return
-        if not delivered:
-            if cancels:
-                verdict.cancelled += 1  # a late cancel may or may not win
-                return
-            if any(self.dead[(message.delay_id, k)] for k in dues):
-                verdict.dead_lettered += 1
-                return
-            verdict.violations.append(
-                Violation("lost", message.delay_id, due, "acknowledged, never delivered, not dead-lettered")
-            )
-            return
+        elif delivered:
+            self._delivered(message, delivered, verdict)
+        elif cancels:
+            verdict.cancelled += 1  # a late cancel may or may not win
+        elif any(self.dead[(message.delay_id, due)] for due in dues):
+            verdict.dead_lettered += 1
+        else:
+            detail = "acknowledged, never delivered, not dead-lettered"
+            verdict.violations.append(Violation("lost", message.delay_id, message.due_ms, detail))
+
+    def _moves(self, message: Intent, later: list[Intent], verdict: Verdict) -> list[int]:
+        """The due times reschedules moved ``message`` to (refused ones do not move it); a
+        delivery at the old time after a timely reschedule is a violation."""
+        moved: list[int] = []
+        for move in later:
+            if move.kind != "reschedule" or move.was_due_ms != message.due_ms:
+                continue
+            if (move.partition, move.offset) in self.rejects:
+                continue
+            moved.append(move.due_ms)
+            if self._early_enough(move, message.due_ms):
+                for old in self.deliveries.get((message.delay_id, message.due_ms), []):
+                    detail = (
+                        f"delivered at the old time ({old.at_ms}) after a reschedule "
+                        f"acknowledged at {self.ack_ms[id(move)]}"
+                    )
+                    verdict.violations.append(
+                        Violation("reschedule", message.delay_id, message.due_ms, detail)
+                    )
+        return moved
+
+    def _delivered(self, message: Intent, delivered: list[Produced], verdict: Verdict) -> None:
+        """Count a delivered message: duplicates, lateness of the first copy, integrity."""
         verdict.delivered += 1
         verdict.duplicates += len(delivered) - 1
         first = min(delivered, key=lambda d: d.at_ms)
-        target_due = moved_to if moved_to is not None and any(
-            d in self.deliveries.get((message.delay_id, moved_to), []) for d in delivered
-        ) else due
-        verdict.lateness[max(0, first.at_ms - target_due) // BUCKET_MS] += 1
+        due = int(_header(first.record.headers, c.HEADER_DUE_MS) or 0)
+        verdict.lateness[max(0, first.at_ms - due) // BUCKET_MS] += 1
         for d in delivered:
             if d.record.value != message.value or d.record.key != message.key:
-                verdict.violations.append(Violation("corrupt", message.delay_id, due, "key or value changed"))
+                detail = "key or value changed"
             elif _user_headers(d.record.headers) != _user_headers(message.headers):
-                verdict.violations.append(Violation("corrupt", message.delay_id, due, "user headers changed"))
+                detail = "user headers changed"
+            else:
+                continue
+            verdict.violations.append(
+                Violation("corrupt", message.delay_id, message.due_ms, detail)
+            )
 
     def _early_enough(self, control: Intent, due_ms: int) -> bool:
         """Acknowledged at least the emitter's hold + 2 s before ``due_ms``."""
@@ -246,12 +259,21 @@ class Checker:
             if intent.kind in ("delay", "reschedule"):
                 what += f", due {intent.due_ms}"
             lines.append((intent.send_ms, what))
-            lines.append((ack or 0, f"  {intent.kind} acknowledged" if ack else f"  {intent.kind} never acknowledged"))
+            lines.append(
+                (
+                    ack or 0,
+                    f"  {intent.kind} acknowledged"
+                    if ack
+                    else f"  {intent.kind} never acknowledged",
+                )
+            )
         for (did, due), produced in self.deliveries.items():
             if did == delay_id:
                 for d in produced:
                     emitted = _header(d.record.headers, c.HEADER_EMITTED_MS)
-                    lines.append((d.at_ms, f"produced by {d.function} (due {due}, emitted {emitted!r})"))
+                    lines.append(
+                        (d.at_ms, f"produced by {d.function} (due {due}, emitted {emitted!r})")
+                    )
         for (did, due), n in self.dead.items():
             if did == delay_id and n:
                 lines.append((due, f"in a dead-letter destination x{n} (due {due})"))

@@ -16,7 +16,7 @@ Each knob is a documented behaviour of the service, at a rate a campaign can tur
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Final
 
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
@@ -70,12 +70,9 @@ class Knobs:
     @classmethod
     def calm(cls) -> Knobs:
         """No fault at all (AWS on a good day; the checker's baseline)."""
-        zero = {
-            f.name: 0
-            for f in fields(cls)
-            if f.type in ("float", "int") and f.name not in ("ttl_lag_s", "stale_read_ms")
-        }
-        return cls(**zero)
+        kept = ("latency_ms", "stale_read_ms", "ttl_lag_s")
+        zero: dict[str, Any] = {f.name: 0 for f in fields(cls) if f.name not in kept}
+        return replace(cls(), **zero)
 
     def as_dict(self) -> dict[str, Any]:
         """For the results file."""
@@ -85,7 +82,10 @@ class Knobs:
 def _throttled(service: str, operation: str) -> ClientError:
     code, status = _THROTTLE_CODE.get(service, ("ThrottlingException", 400))
     return ClientError(
-        {"Error": {"Code": code, "Message": "Rate exceeded"}, "ResponseMetadata": {"HTTPStatusCode": status}},
+        {
+            "Error": {"Code": code, "Message": "Rate exceeded"},
+            "ResponseMetadata": {"HTTPStatusCode": status},
+        },
         operation,
     )
 
@@ -131,47 +131,45 @@ class Faulty:
 
     def _partial(self, name: str, method: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         """A batch call of which some entries are not done (told in the answer)."""
-        world = self._world
+        world, rate = self._world, self._knobs.partial_batch
         if name == "send_message_batch" and len(kwargs["Entries"]) > 1:
-            if world.chance(self._knobs.partial_batch, "sqs-failed-entries"):
-                entries = list(kwargs["Entries"])
-                failed = world.rng.sample(entries, world.rng.randint(1, len(entries) - 1))
-                ids = {e["Id"] for e in failed}
-                answer = dict(method(**{**kwargs, "Entries": [e for e in entries if e["Id"] not in ids]}))
-                answer["Failed"] = [
-                    {"Id": e["Id"], "SenderFault": False, "Code": "InternalError", "Message": "try again"}
-                    for e in failed
-                ]
-                return answer
-        if name == "batch_write_item" and world.chance(self._knobs.partial_batch, "dynamodb-unprocessed"):
-            return _split_requests(world, method, kwargs, "RequestItems", "UnprocessedItems", list)
-        if name == "batch_get_item" and world.chance(self._knobs.partial_batch, "dynamodb-unprocessed"):
-            return _split_keys(world, method, kwargs)
+            if world.chance(rate, "sqs-failed-entries"):
+                return _failed_entries(world, method, kwargs)
+        elif name == "batch_write_item" and world.chance(rate, "dynamodb-unprocessed"):
+            return _unprocessed_items(world, method, kwargs)
+        elif name == "batch_get_item" and world.chance(rate, "dynamodb-unprocessed"):
+            return _unprocessed_keys(world, method, kwargs)
         return method(**kwargs)
 
 
-def _split_requests(
-    world: World,
-    method: Callable[..., Any],
-    kwargs: Mapping[str, Any],
-    field_in: str,
-    field_out: str,
-    _kind: type,
-) -> Any:
+def _failed_entries(world: World, method: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
+    """SendMessageBatch sending only some entries; the rest come back in ``Failed``."""
+    entries = list(kwargs["Entries"])
+    failed = world.rng.sample(entries, world.rng.randint(1, len(entries) - 1))
+    ids = {e["Id"] for e in failed}
+    answer = dict(method(**{**kwargs, "Entries": [e for e in entries if e["Id"] not in ids]}))
+    answer["Failed"] = [
+        {"Id": e["Id"], "SenderFault": False, "Code": "InternalError", "Message": "try again"}
+        for e in failed
+    ]
+    return answer
+
+
+def _unprocessed_items(world: World, method: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
     """BatchWriteItem doing only some of its requests; the rest come back unprocessed."""
     done: dict[str, list[Any]] = {}
     left: dict[str, list[Any]] = {}
-    for table, requests in kwargs[field_in].items():
+    for table, requests in kwargs["RequestItems"].items():
         for request in requests:
             (left if world.rng.random() < 0.5 else done).setdefault(table, []).append(request)
     if not left:
         return method(**kwargs)
-    answer = dict(method(**{**kwargs, field_in: done})) if done else {}
-    answer[field_out] = left
+    answer = dict(method(**{**kwargs, "RequestItems": done})) if done else {}
+    answer["UnprocessedItems"] = left
     return answer
 
 
-def _split_keys(world: World, method: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
+def _unprocessed_keys(world: World, method: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
     """BatchGetItem answering only some keys; the rest come back in ``UnprocessedKeys``."""
     done: dict[str, Any] = {}
     left: dict[str, Any] = {}

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final
 
 from delayq.cleanup import CleanupServices, TtlCleanup
@@ -45,6 +46,7 @@ from sim.faults import Faulty, Knobs
 from sim.world import Crash, Invocation, World
 from testkit.aws import FakeS3, FakeSqs, RequestCounter
 from testkit.clock import SerialExecutor
+from testkit.events import kafka_event, queue_arn, sqs_record
 
 TABLE: Final = "delayq-messages"
 BUCKET: Final = "delayq-payloads"
@@ -83,16 +85,6 @@ def sim_settings(**overrides: Any) -> Settings:
     }
     values.update(overrides)
     return Settings(**values)
-
-
-def kafka_event(records: list[dict[str, Any]], partition: int) -> dict[str, Any]:
-    """What the MSK event source passes to ingest for one partition's batch."""
-    return {
-        "eventSource": "aws:kafka",
-        "eventSourceArn": "arn:aws:kafka:us-east-1:123456789012:cluster/delayq/sim-1",
-        "bootstrapServers": "b-1.sim:9098",
-        "records": {f"{DELAY_TOPIC}-{partition}": records},
-    }
 
 
 @dataclass
@@ -172,8 +164,10 @@ class Pipeline:
         self.cleanup_failures: list[dict[str, Any]] = []  # the stream's on-failure destination
         self.scheduler_down: tuple[int, int] = (0, 0)
         self.invocations: dict[str, int] = dict.fromkeys(TIMEOUT_S, 0)
-        self._skew = {f: world.rng.randint(-knobs.clock_skew_ms, knobs.clock_skew_ms) for f in TIMEOUT_S}
-        self._containers = {f: _Containers(lambda f=f: self._container(f)) for f in TIMEOUT_S}
+        self._skew = {
+            f: world.rng.randint(-knobs.clock_skew_ms, knobs.clock_skew_ms) for f in TIMEOUT_S
+        }
+        self._containers = {f: _Containers(partial(self._container, f)) for f in TIMEOUT_S}
         self._emitters = 0
         self._emitter_poll_at: int | None = None
         self._ticking = False
@@ -231,7 +225,12 @@ class Pipeline:
         for start in range(first, until_ms, period):
             self._schedule_tick(start)
 
-    def _invoke(self, function: str, body: Callable[[_Container, Invocation], None], done: Callable[[bool], None]) -> None:
+    def _invoke(
+        self,
+        function: str,
+        body: Callable[[_Container, Invocation], None],
+        done: Callable[[bool], None],
+    ) -> None:
         """Run ``body`` in a container of ``function``; ``done(ok)`` settles the event."""
         self.invocations[function] += 1
         containers = self._containers[function]
@@ -284,7 +283,7 @@ class Pipeline:
                 direct=DirectServices(cn.delivery, cn.stats),
             )
             ingest_batch(
-                kafka_event(batch, p.number),
+                kafka_event(*batch),
                 settings=self.settings,
                 services=services,
                 clock=cn.clock,
@@ -335,7 +334,9 @@ class Pipeline:
         if self._ticking:
             return
         url = self.settings.tick_queue_url
-        got = self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1, VisibilityTimeout=TICK_VISIBILITY_S)
+        got = self.sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=1, VisibilityTimeout=TICK_VISIBILITY_S
+        )
         messages = got.get("Messages", [])
         if not messages:
             self._wake(url, self._poll_ticks)
@@ -382,7 +383,9 @@ class Pipeline:
         visible = self.sqs.next_visible_ms(url)
         if visible is None:
             return
-        when = max(visible, self.world.now_ms) + (self.world.rng.randint(0, window_ms) if window_ms else 0)
+        when = max(visible, self.world.now_ms) + (
+            self.world.rng.randint(0, window_ms) if window_ms else 0
+        )
         if poll == self._poll_delay_queue:
             if self._emitter_poll_at is not None and self._emitter_poll_at <= when:
                 return
@@ -404,7 +407,9 @@ class Pipeline:
             for m in more:
                 if int(m["Attributes"]["ApproximateReceiveCount"]) > DELAY_MAX_RECEIVES:
                     # The queue's redrive policy: to the dead-letter queue, as it is.
-                    self.sqs.send_message(QueueUrl=self.settings.delay_dlq_url, MessageBody=m["Body"])
+                    self.sqs.send_message(
+                        QueueUrl=self.settings.delay_dlq_url, MessageBody=m["Body"]
+                    )
                     self.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
                     self.world.faults["sqs-redrive-to-dlq"] += 1
                 else:
@@ -414,14 +419,14 @@ class Pipeline:
             return
         self._emitters += 1
         records = [
-            {
-                "messageId": m["MessageId"],
-                "receiptHandle": m["ReceiptHandle"],
-                "body": m["Body"],
-                "attributes": {"ApproximateReceiveCount": m["Attributes"]["ApproximateReceiveCount"]},
-                "eventSource": "aws:sqs",
-                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:delayq-delay",
-            }
+            sqs_record(
+                message_id=m["MessageId"],
+                receipt_handle=m["ReceiptHandle"],
+                body=m["Body"],
+                source_arn=queue_arn(url),
+                receive_count=int(m["Attributes"]["ApproximateReceiveCount"]),
+                sent_ms=int(m["Attributes"]["SentTimestamp"]),
+            )
             for m in got
         ]
         failed: set[str] = set()
@@ -455,7 +460,9 @@ class Pipeline:
                     self.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
                     if self.world.chance(self.knobs.sqs_duplicate, "sqs-duplicate"):
                         # The delete did not reach every copy: it comes back.
-                        self.sqs.send_message(QueueUrl=url, MessageBody=m["Body"], DelaySeconds=DELAY_VISIBILITY_S)
+                        self.sqs.send_message(
+                            QueueUrl=url, MessageBody=m["Body"], DelaySeconds=DELAY_VISIBILITY_S
+                        )
             self.world.at(self.world.now_ms, self._poll_delay_queue)
 
         self._invoke("emitter", body, done)
@@ -489,7 +496,9 @@ class Pipeline:
 
         def done(ok: bool) -> None:
             self._stream_busy = False
-            processed = len(batch) if ok and not first_failed else (first_failed[0] if first_failed else 0)
+            processed = (
+                len(batch) if ok and not first_failed else (first_failed[0] if first_failed else 0)
+            )
             if processed == len(batch):
                 self._stream_position = start + len(batch)
                 self._stream_attempts = 0
@@ -547,4 +556,3 @@ class _Notifying:
             return answer
 
         return send
-

@@ -13,12 +13,13 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Final
 
 from sim.checker import BUCKET_MS, Checker, Verdict
 from sim.faults import Knobs
 from sim.pipeline import Pipeline
-from sim.workload import Shape, Workload, generate
+from sim.workload import Intent, Shape, Workload, generate
 from sim.world import World
 from testkit.clock import NOW_MS
 
@@ -44,15 +45,16 @@ class RunResult:
         return not self.verdict.violations and not self.verdict.unacknowledged
 
 
-def run_seed(seed: int, shape: Shape = Shape(), knobs: Knobs = Knobs()) -> RunResult:
-    """Simulate one seed from scratch and check it."""
+def run_seed(seed: int, shape: Shape | None = None, knobs: Knobs | None = None) -> RunResult:
+    """Simulate one seed from scratch and check it (default shape and knobs)."""
+    shape, knobs = shape or Shape(), knobs or Knobs()
     world = World(seed, NOW_MS)
     pipeline = Pipeline(world, knobs)
     start = world.now_ms + 60_000
     workload = generate(world.rng, start, shape, len(pipeline.partitions))
     end = _plan_outages(world, knobs, pipeline, start, workload)
     for intent in workload.intents:
-        world.at(intent.send_ms, lambda i=intent: _write(pipeline, i))
+        world.at(intent.send_ms, partial(_write, pipeline, intent))
     pipeline.start(end)
     try:
         world.run_until(end)
@@ -72,13 +74,14 @@ def run_seed(seed: int, shape: Shape = Shape(), knobs: Knobs = Knobs()) -> RunRe
     )
 
 
-def _write(pipeline: Pipeline, intent: Any) -> None:
-    partition = pipeline.partitions[intent.partition]
-    intent.offset = len(partition.records)
+def _write(pipeline: Pipeline, intent: Intent) -> None:
+    intent.offset = len(pipeline.partitions[intent.partition].records)
     pipeline.write(intent.partition, intent.record())
 
 
-def _plan_outages(world: World, knobs: Knobs, pipeline: Pipeline, start: int, workload: Workload) -> int:
+def _plan_outages(
+    world: World, knobs: Knobs, pipeline: Pipeline, start: int, workload: Workload
+) -> int:
     """Draw this run's long outages; returns when the run ends."""
     end = workload.last_due_ms + SETTLE_MS
     grace_ms = pipeline.settings.ttl_grace_seconds * 1000
@@ -226,4 +229,8 @@ def with_messages(shape: Shape, messages: int | None) -> Shape:
     """The shape with another message count (the window grows with it)."""
     if messages is None:
         return shape
-    return replace(shape, messages=messages, window_ms=max(60_000, shape.window_ms * messages // shape.messages))
+    return replace(
+        shape,
+        messages=messages,
+        window_ms=max(60_000, shape.window_ms * messages // shape.messages),
+    )

@@ -8,13 +8,13 @@ to be offloaded to S3, and invalid records.
 
 from __future__ import annotations
 
-import base64
 import random
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from delayq import constants as c
+from testkit.events import header, kafka_record
 
 TARGETS: Final = ("orders.timeout", "reminders")
 FORBIDDEN_TARGET: Final = "payments.internal"
@@ -56,17 +56,14 @@ class Intent:
 
     def record(self) -> dict[str, Any]:
         """The record as the Kafka event source shows it (offset and partition added on write)."""
-        record: dict[str, Any] = {
-            "topic": "delay-requests",
-            "timestamp": self.send_ms,
-            "timestampType": "LOG_APPEND_TIME",
-            "headers": [{name: list(value)} for name, value in self.headers],
-        }
-        if self.key is not None:
-            record["key"] = base64.b64encode(self.key).decode()
-        if self.value is not None:
-            record["value"] = base64.b64encode(self.value).decode()
-        return record
+        return kafka_record(
+            offset=self.offset,
+            partition=self.partition,
+            timestamp=self.send_ms,
+            key=self.key,
+            value=self.value,
+            headers=[header(name, value) for name, value in self.headers],
+        )
 
 
 @dataclass
@@ -99,14 +96,26 @@ def generate(rng: random.Random, start_ms: int, shape: Shape, partitions: int) -
     def delay(send_ms: int, due_ms: int, delay_id: str, relative: bool = False) -> Intent:
         large = rng.random() < shape.large
         value = rng.randbytes(LARGE_BYTES if large else rng.randint(1, 600))
-        headers = [(c.HEADER_TARGET, rng.choice(TARGETS).encode()), (c.HEADER_ID, delay_id.encode())]
+        headers = [
+            (c.HEADER_TARGET, rng.choice(TARGETS).encode()),
+            (c.HEADER_ID, delay_id.encode()),
+        ]
         if relative:
             headers.append((c.HEADER_DELAY_MS, str(due_ms - send_ms).encode()))
         else:
             headers.append((c.HEADER_DELIVER_AT, str(due_ms).encode()))
         headers.append(("trace", rng.randbytes(8).hex().encode()))
         key = delay_id.encode() if rng.random() < 0.8 else None
-        return Intent("delay", send_ms, delay_id, partition_of(delay_id, partitions), headers, key, value, due_ms)
+        return Intent(
+            "delay",
+            send_ms,
+            delay_id,
+            partition_of(delay_id, partitions),
+            headers,
+            key,
+            value,
+            due_ms,
+        )
 
     def delay_ms() -> int:
         band = rng.random()
@@ -141,12 +150,22 @@ def generate(rng: random.Random, start_ms: int, shape: Shape, partitions: int) -
                 (c.HEADER_DELIVER_AT, (str(send_ms + 5_000) if bad_target else "soon").encode()),
             ]
             out.append(
-                Intent("invalid", send_ms, delay_id, partition_of(delay_id, partitions), headers, None, rng.randbytes(40))
+                Intent(
+                    "invalid",
+                    send_ms,
+                    delay_id,
+                    partition_of(delay_id, partitions),
+                    headers,
+                    None,
+                    rng.randbytes(40),
+                )
             )
             made += 1
             continue
         wait = delay_ms()  # a relative delay is never negative (the contract refuses it)
-        message = delay(send_ms, send_ms + wait, new_id(), relative=wait >= 0 and rng.random() < 0.3)
+        message = delay(
+            send_ms, send_ms + wait, new_id(), relative=wait >= 0 and rng.random() < 0.3
+        )
         out.append(message)
         made += 1
         _controls(rng, shape, message, out, delay)
@@ -154,7 +173,9 @@ def generate(rng: random.Random, start_ms: int, shape: Shape, partitions: int) -
     return Workload(out)
 
 
-def _controls(rng: random.Random, shape: Shape, message: Intent, out: list[Intent], delay: Any) -> None:
+def _controls(
+    rng: random.Random, shape: Shape, message: Intent, out: list[Intent], delay: Any
+) -> None:
     """Cancels, id reuse and reschedules that follow ``message``."""
     wait = message.due_ms - message.send_ms
     p = message.partition
@@ -175,7 +196,9 @@ def _controls(rng: random.Random, shape: Shape, message: Intent, out: list[Inten
         latest = message.due_ms - HORIZON_MS - 5 * 60_000  # still waiting in the store
         moved_ms = rng.randint(message.send_ms + 1_000, latest)
         new_due = moved_ms + (
-            rng.randint(2_000, 60_000) if rng.random() < 0.3 else rng.randint(HORIZON_MS + 60_000, 3_600_000)
+            rng.randint(2_000, 60_000)
+            if rng.random() < 0.3
+            else rng.randint(HORIZON_MS + 60_000, 3_600_000)
         )
         if new_due == message.due_ms:
             return
@@ -185,5 +208,15 @@ def _controls(rng: random.Random, shape: Shape, message: Intent, out: list[Inten
             (c.HEADER_DELIVER_AT, str(new_due).encode()),
         ]
         out.append(
-            Intent("reschedule", moved_ms, message.delay_id, p, headers, None, None, new_due, message.due_ms)
+            Intent(
+                "reschedule",
+                moved_ms,
+                message.delay_id,
+                p,
+                headers,
+                None,
+                None,
+                new_due,
+                message.due_ms,
+            )
         )

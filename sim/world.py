@@ -30,7 +30,7 @@ Action = Callable[[], None]
 SAFETY_MS: Final = 2000
 
 
-class Crash(BaseException):  # noqa: N818 -- a process dying is not an error the layer handles
+class Crash(BaseException):
     """The invocation's process dies here (a crash, or Lambda's timeout): a BaseException, so
     the layer's ``except Exception`` cannot catch it, as it could not catch a killed process."""
 
