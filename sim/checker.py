@@ -4,8 +4,9 @@ against the documented guarantees.
 
 - Nothing lost: every acknowledged delay request is delivered at least once, or sits in a
   dead-letter destination (the delay queue's DLQ, the stream's on-failure destination) with
-  its message; every acknowledged invalid record sits in the reject queue with its reason
-  and original bytes.
+  its message, whole (an offloaded value's S3 object still there); every acknowledged
+  invalid record sits in the reject queue with its reason and original bytes. An
+  unreachable target never dead-letters within the outage allowance (24 h).
 - Never early: no record is produced before its due time on the producing function's clock
   (its ``delay-emitted-ms`` header against ``delay-due-ms``).
 - Cancels: a message a cancel applies to (same id, written before it) is not delivered when
@@ -25,8 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from delayq import constants as c
-from delayq.contract import decode_body
+from delayq.contract import dead_letter_of, decode_body
 from delayq.exceptions import EnvelopeError
+from delayq.kafka import Failure
 from delayq.store import request_from_item
 from sim.aws import Produced
 from sim.pipeline import Pipeline
@@ -43,7 +45,7 @@ BUCKET_MS: Final = 10
 class Violation:
     """One broken guarantee: what, of which message."""
 
-    kind: str  # lost, early, cancel, reschedule, corrupt, refused
+    kind: str  # lost, early, cancel, reschedule, corrupt, refused, dead-lettered
     delay_id: str
     due_ms: int
     detail: str
@@ -62,10 +64,6 @@ class Verdict:
     duplicates: int = 0
     lateness: Counter[int] = field(default_factory=Counter)  # 10 ms buckets of first deliveries
     violations: list[Violation] = field(default_factory=list)
-
-    def count(self, kind: str) -> int:
-        """Violations of one kind."""
-        return sum(1 for v in self.violations if v.kind == kind)
 
 
 def _header(headers: Any, name: str) -> bytes | None:
@@ -98,20 +96,32 @@ class Checker:
         self.dead = self._dead_letters()
         self.rejects = self._rejects()
 
-    def _dead_letters(self) -> Counter[tuple[str, int]]:
-        found: Counter[tuple[str, int]] = Counter()
+    def _dead_letters(self) -> dict[tuple[str, int], list[str]]:
+        """Dead-lettered messages by ``(id, due)``: the reason of each copy. A copy whose
+        value is a pointer to S3 counts only while the object is there (whole bytes)."""
+        found: dict[tuple[str, int], list[str]] = defaultdict(list)
         for body in self.p.queue_bodies(self.p.settings.delay_dlq_url):
             try:
                 entries = decode_body(body)
             except EnvelopeError:
                 continue
             for entry in entries:
-                if entry.request is not None:
-                    found[(entry.request.delay_id, entry.request.due_ms)] += 1
+                request = entry.request
+                if request is None or not self._whole(request.payload_ref):
+                    continue
+                reason = (dead_letter_of(entry.text) or {}).get("reason", "max-receives")
+                found[(request.delay_id, request.due_ms)].append(str(reason))
         for record in self.p.cleanup_failures:
             request = request_from_item(record["dynamodb"]["OldImage"])
-            found[(request.delay_id, request.due_ms)] += 1
+            if self._whole(request.payload_ref):
+                found[(request.delay_id, request.due_ms)].append("cleanup-failed")
         return found
+
+    def _whole(self, payload_ref: str | None) -> bool:
+        """Whether a message's value can still be read (inline, or its S3 object exists)."""
+        if not payload_ref:
+            return True
+        return self.p.payload(payload_ref.removeprefix("s3://").partition("/")[2]) is not None
 
     def _rejects(self) -> dict[tuple[int, int], tuple[str, dict[str, Any] | None]]:
         found: dict[tuple[int, int], tuple[str, dict[str, Any] | None]] = {}
@@ -184,8 +194,14 @@ class Checker:
             self._delivered(message, delivered, verdict)
         elif cancels:
             verdict.cancelled += 1  # a late cancel may or may not win
-        elif any(self.dead[(message.delay_id, due)] for due in dues):
+        elif reasons := [r for due in dues for r in self.dead.get((message.delay_id, due), [])]:
             verdict.dead_lettered += 1
+            if Failure.UNAVAILABLE in reasons:
+                # Retried for DELAYQ_TARGET_OUTAGE_MAX_SECONDS (24 h): longer than any outage here.
+                detail = "dead-lettered as target-unavailable within the outage allowance"
+                verdict.violations.append(
+                    Violation("dead-lettered", message.delay_id, message.due_ms, detail)
+                )
         else:
             detail = "acknowledged, never delivered, not dead-lettered"
             verdict.violations.append(Violation("lost", message.delay_id, message.due_ms, detail))
@@ -274,7 +290,7 @@ class Checker:
                     lines.append(
                         (d.at_ms, f"produced by {d.function} (due {due}, emitted {emitted!r})")
                     )
-        for (did, due), n in self.dead.items():
-            if did == delay_id and n:
-                lines.append((due, f"in a dead-letter destination x{n} (due {due})"))
+        for (did, due), reasons in self.dead.items():
+            if did == delay_id:
+                lines.append((due, f"dead-lettered (due {due}): {', '.join(reasons)}"))
         return [f"{t} {text}" for t, text in sorted(lines)]

@@ -47,7 +47,7 @@ class Knobs:
     partial_batch: float = 0.02  # per batch call: some entries fail, the others are done
     # DynamoDB: eventually consistent reads see writes up to this late; TTL deletes an
     # expired item at most this late (AWS: typically within days); stream records repeat.
-    stale_read_ms: int = 3_000
+    stale_read_ms: int = 10_000
     ttl_lag_s: int = 3_600
     stream_duplicate: float = 0.02
     # SQS: a delivered and deleted message comes again (at-least-once).

@@ -139,12 +139,8 @@ class Summary:
     messages: int = 0
     simulated_ms: int = 0
     faults: Counter[str] = field(default_factory=Counter)
-    lost: int = 0
-    early: int = 0
+    violations: Counter[str] = field(default_factory=Counter)  # by kind (checker.Violation)
     duplicates: int = 0
-    cancel_violations: int = 0
-    reschedule_violations: int = 0
-    corrupt: int = 0
     unacknowledged: int = 0
     delivered: int = 0
     dead_lettered: int = 0
@@ -161,11 +157,7 @@ class Summary:
         self.messages += v.messages
         self.simulated_ms += result.simulated_ms
         self.faults.update(result.faults)
-        self.lost += v.count("lost")
-        self.early += v.count("early")
-        self.cancel_violations += v.count("cancel")
-        self.reschedule_violations += v.count("reschedule")
-        self.corrupt += v.count("corrupt")
+        self.violations.update(violation.kind for violation in v.violations)
         self.duplicates += v.duplicates
         self.unacknowledged += v.unacknowledged
         self.delivered += v.delivered
@@ -200,12 +192,10 @@ class Summary:
             "messages": self.messages,
             "simulated_hours": round(self.simulated_ms / 3_600_000, 1),
             "faults": dict(sorted(self.faults.items())),
-            "lost": self.lost,
-            "early": self.early,
+            "lost": self.violations["lost"],
+            "early": self.violations["early"],
             "duplicates": self.duplicates,
-            "cancel_violations": self.cancel_violations,
-            "reschedule_violations": self.reschedule_violations,
-            "corrupt": self.corrupt,
+            "violations": dict(sorted(self.violations.items())),
             "unacknowledged": self.unacknowledged,
             "outcomes": {
                 "delivered": self.delivered,
