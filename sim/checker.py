@@ -37,6 +37,8 @@ from sim.workload import Intent, Workload
 # A cancel or reschedule acknowledged this long before due always wins (README: the
 # emitter's hold + 2 s); the hold comes from the settings.
 GUARD_MS: Final = 2_000
+# Messages due this soon after an outage ended are counted as the outage's.
+OUTAGE_RECOVERY_MS: Final = 10 * 60_000
 # Lateness histogram resolution.
 BUCKET_MS: Final = 10
 
@@ -63,6 +65,8 @@ class Verdict:
     unacknowledged: int = 0
     duplicates: int = 0
     lateness: Counter[int] = field(default_factory=Counter)  # 10 ms buckets of first deliveries
+    # The same, of messages due away from the run's long outages (scheduler, target cluster).
+    steady_lateness: Counter[int] = field(default_factory=Counter)
     violations: list[Violation] = field(default_factory=list)
 
 
@@ -233,7 +237,10 @@ class Checker:
         verdict.duplicates += len(delivered) - 1
         first = min(delivered, key=lambda d: d.at_ms)
         due = int(_header(first.record.headers, c.HEADER_DUE_MS) or 0)
-        verdict.lateness[max(0, first.at_ms - due) // BUCKET_MS] += 1
+        bucket = max(0, first.at_ms - due) // BUCKET_MS
+        verdict.lateness[bucket] += 1
+        if not self._near_outage(due):
+            verdict.steady_lateness[bucket] += 1
         for d in delivered:
             if d.record.value != message.value or d.record.key != message.key:
                 detail = "key or value changed"
@@ -244,6 +251,16 @@ class Checker:
             verdict.violations.append(
                 Violation("corrupt", message.delay_id, message.due_ms, detail)
             )
+
+    def _near_outage(self, due_ms: int) -> bool:
+        """Due while the scheduler or the target was down, or while they caught up."""
+        horizon_ms = self.p.settings.horizon_seconds * 1000
+        outages = [self.p.scheduler_down, *self.p.cluster.outages]
+        return any(
+            start - horizon_ms <= due_ms <= end + OUTAGE_RECOVERY_MS
+            for start, end in outages
+            if end
+        )
 
     def _early_enough(self, control: Intent, due_ms: int) -> bool:
         """Acknowledged at least the emitter's hold + 2 s before ``due_ms``."""

@@ -45,9 +45,8 @@ class RunResult:
         return not self.verdict.violations and not self.verdict.unacknowledged
 
 
-def run_seed(seed: int, shape: Shape | None = None, knobs: Knobs | None = None) -> RunResult:
-    """Simulate one seed from scratch and check it (default shape and knobs)."""
-    shape, knobs = shape or Shape(), knobs or Knobs()
+def simulate(seed: int, shape: Shape, knobs: Knobs) -> tuple[Pipeline, Workload]:
+    """Run one seed's world to its end; what it recorded is in the pipeline."""
     world = World(seed, NOW_MS)
     pipeline = Pipeline(world, knobs)
     start = world.now_ms + 60_000
@@ -60,14 +59,20 @@ def run_seed(seed: int, shape: Shape | None = None, knobs: Knobs | None = None) 
         world.run_until(end)
     finally:
         world.stop()
+    return pipeline, workload
+
+
+def run_seed(seed: int, shape: Shape | None = None, knobs: Knobs | None = None) -> RunResult:
+    """Simulate one seed from scratch and check it (default shape and knobs)."""
+    pipeline, workload = simulate(seed, shape or Shape(), knobs or Knobs())
     checker = Checker(pipeline, workload)
     verdict = checker.run()
     broken = sorted({v.delay_id for v in verdict.violations})[:5]
     return RunResult(
         seed=seed,
-        simulated_ms=end - NOW_MS,
+        simulated_ms=pipeline.world.now_ms - NOW_MS,
         verdict=verdict,
-        faults=world.faults,
+        faults=pipeline.world.faults,
         invocations=dict(pipeline.invocations),
         fingerprint=_fingerprint(pipeline),
         stories={b: checker.story(b) for b in broken},
@@ -147,6 +152,7 @@ class Summary:
     cancelled: int = 0
     rejected: int = 0
     lateness: Counter[int] = field(default_factory=Counter)
+    steady_lateness: Counter[int] = field(default_factory=Counter)
     failing: list[int] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
 
@@ -165,21 +171,28 @@ class Summary:
         self.cancelled += v.cancelled
         self.rejected += v.rejected
         self.lateness.update(v.lateness)
+        self.steady_lateness.update(v.steady_lateness)
         if not result.ok:
             self.failing.append(result.seed)
 
-    def percentile(self, q: float) -> int:
-        """Lateness of first deliveries at quantile ``q`` (ms, to the histogram's 10 ms)."""
-        total = sum(self.lateness.values())
-        if not total:
-            return 0
-        rank = q * (total - 1)
-        seen = 0
-        for bucket in sorted(self.lateness):
-            seen += self.lateness[bucket]
-            if seen > rank:
-                return bucket * BUCKET_MS
-        return max(self.lateness) * BUCKET_MS
+    @staticmethod
+    def lateness_of(histogram: Counter[int]) -> dict[str, int]:
+        """p50, p99 and max of a lateness histogram (ms, to its 10 ms buckets)."""
+        total = sum(histogram.values())
+        figures = {
+            "messages": total,
+            "p50": 0,
+            "p99": 0,
+            "max": max(histogram, default=0) * BUCKET_MS,
+        }
+        for name, q in (("p50", 0.5), ("p99", 0.99)):
+            seen = 0
+            for bucket in sorted(histogram):
+                seen += histogram[bucket]
+                if seen > q * (total - 1):
+                    figures[name] = bucket * BUCKET_MS
+                    break
+        return figures
 
     def as_dict(self, shape: Shape, knobs: Knobs) -> dict[str, Any]:
         """The results file."""
@@ -203,11 +216,8 @@ class Summary:
                 "cancelled": self.cancelled,
                 "rejected": self.rejected,
             },
-            "lateness_ms": {
-                "p50": self.percentile(0.5),
-                "p99": self.percentile(0.99),
-                "max": max(self.lateness, default=0) * BUCKET_MS,
-            },
+            "lateness_ms": self.lateness_of(self.lateness),
+            "lateness_away_from_outages_ms": self.lateness_of(self.steady_lateness),
             "failing_seeds": self.failing,
             "wall_seconds": round(time.monotonic() - self.started, 1),
             "shape": shape.__dict__,

@@ -86,6 +86,7 @@ class World:
     _baton: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
     _paused: set[_Task] = field(default_factory=set)
     _stopping: bool = False
+    _until: int = 0  # the end of the current run_until
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -103,6 +104,7 @@ class World:
 
     def run_until(self, end_ms: int) -> None:
         """Process events in time order until none is left before ``end_ms``."""
+        self._until = end_ms
         while self._heap and self._heap[0][0] <= end_ms:
             when, _, action = heapq.heappop(self._heap)
             self.now_ms = max(self.now_ms, when)
@@ -150,7 +152,8 @@ class World:
         """The running invocation waits ``ms`` (an AWS call's latency, a sleep); the world
         goes on meanwhile. Outside an invocation, time simply moves."""
         task = self._running
-        if task is None or not self._heap or self._heap[0][0] > self.now_ms + ms:
+        wake = self.now_ms + ms
+        if task is None or (wake <= self._until and (not self._heap or self._heap[0][0] > wake)):
             # Nothing else happens meanwhile: no need to hand the baton over.
             self.now_ms += ms
             if self._stopping:

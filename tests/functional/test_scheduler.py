@@ -13,7 +13,7 @@ from delayq import buckets
 from delayq.contract import decode_body
 from delayq.queues import TickQueue
 from delayq.retry import Deadline
-from delayq.scheduler import fire_timer
+from delayq.scheduler import CATCH_UP_CHECKPOINT_SECONDS, QUERY_CHUNK_SECONDS, fire_timer
 from delayq.store import Watermark
 from testkit.clock import NOW_MS, FakeClock
 from testkit.events import kafka_event, kafka_record
@@ -134,6 +134,31 @@ def test_a_crash_mid_run_loses_nothing_and_resends_at_most_one_second(p: Pipelin
     p.sqs.raise_after = None
     p.schedule()
     assert sorted(sent_ids(p)) == ["m-0", "m-1", "m-2"]
+
+
+def test_a_catch_up_that_dies_keeps_the_empty_seconds_it_passed(p: Pipeline) -> None:
+    """After an hour without a run, a run that dies mid catch-up (here: a Query refused
+    after 40 chunks) has recorded its progress every CATCH_UP_CHECKPOINT_SECONDS, so the next
+    run does not read that hour again."""
+    store_due_in(p, 7200)  # one message, far ahead: the hour before it is empty
+    start = buckets.due_second(p.clock())
+    p.set_watermark(start)
+    p.clock.now_ms = NOW_MS + 3600_000
+    queries: list[int] = []
+
+    def query(**kwargs: object) -> object:
+        queries.append(1)
+        if len(queries) > 40 * QUERY_CHUNK_SECONDS * p.settings.shards:  # 40 chunks read
+            raise RuntimeError("the invocation dies here")
+        return p.aws.dynamodb.query(**kwargs)
+
+    with pytest.raises(RuntimeError):
+        p.with_store_client(ClientProxy(p.aws.dynamodb, query=query)).schedule()
+    mark = p.store.read_watermark(p.deadline())
+    assert mark is not None
+    passed = 40 * QUERY_CHUNK_SECONDS
+    assert mark.second >= start + passed - CATCH_UP_CHECKPOINT_SECONDS
+    assert mark.second > start
 
 
 def test_a_failed_batch_entry_is_resent_alone(p: Pipeline) -> None:

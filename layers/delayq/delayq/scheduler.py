@@ -27,7 +27,8 @@ Reading. The window is read ``QUERY_CHUNK_SECONDS`` seconds at a time: the first
 (``Settings.scheduler_page_items`` items) of every shard of those seconds, in parallel, so
 that catching up empty or light seconds costs one round trip per chunk. A second whose pages
 all end there is sent whole, and the watermark moves past it (one write per second that had
-messages, one at the end of the run for the empty ones). A crowded second goes round by
+messages, one at the end of the run for the empty ones, and, while catching up, one every
+``CATCH_UP_CHECKPOINT_SECONDS`` seconds passed). A crowded second goes round by
 round: send the pages read, record the cursors, read the next page of every unfinished shard
 in parallel, and so on. Memory holds one chunk's first pages or one round's pages, whatever
 the size of the second.
@@ -71,6 +72,11 @@ from delayq.store import MessageStore, Page, Watermark
 
 # Seconds read per round of parallel first-page queries (x shards partitions).
 QUERY_CHUNK_SECONDS = 8
+# A run catching up (after missed ticks, an outage) records its progress over empty seconds
+# every this many seconds, so that a crash or timeout does not throw the whole catch-up away
+# (found by the simulator: after an hour's outage, runs that kept dying re-read the same hour
+# for up to an hour). Longer than a tick's window, so a run on time writes nothing more.
+CATCH_UP_CHECKPOINT_SECONDS = 300
 
 
 def fire_timer(
@@ -165,6 +171,10 @@ class _Run:
             if not (self._time_left() and self._finish(second, pages)):
                 break
             done = second
+            if done - self.mark.second >= CATCH_UP_CHECKPOINT_SECONDS:
+                # A long catch-up keeps what it passed: a crash loses at most this much.
+                self._write(done, {})
+                self.result.checkpoints += 1
         self.result.stopped_early = done < self.result.target_second
         # Empty seconds are passed in one write at the end.
         if self.mark.second < done:

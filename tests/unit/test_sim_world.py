@@ -1,0 +1,269 @@
+"""The simulator's world and its AWS models, each knob against AWS's documented behaviour."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
+from confluent_kafka import KafkaError
+
+from delayq import constants as c
+from sim.aws import ReplicatedDynamoDB, SimProducer, TargetCluster, Ttl
+from sim.faults import Faulty, Knobs
+from sim.world import Crash, Invocation, World
+from testkit.aws import FakeSqs, RequestCounter
+from testkit.clock import NOW_MS
+
+CALM = Knobs.calm()
+TABLE = "t"
+
+
+def item(pk: str, sk: str, **extra: Any) -> dict[str, Any]:
+    return {"pk": {"S": pk}, "sk": {"S": sk}, **extra}
+
+
+def world(seed: int = 1) -> World:
+    return World(seed, NOW_MS)
+
+
+# --- the world ---------------------------------------------------------------------------
+
+
+def test_invocations_interleave_at_each_pause_in_time_order() -> None:
+    w = world()
+    steps: list[tuple[str, int]] = []
+
+    def body(name: str, pauses: list[int]) -> Any:
+        def run(_: Invocation) -> None:
+            for ms in pauses:
+                w.pause(ms)
+                steps.append((name, w.now_ms - NOW_MS))
+
+        return run
+
+    w.at(NOW_MS, lambda: w.invoke("a", 60, body("a", [10, 10])))
+    w.at(NOW_MS + 5, lambda: w.invoke("b", 60, body("b", [10])))
+    w.run_until(NOW_MS + 1000)
+    assert steps == [("a", 10), ("b", 15), ("a", 20)]
+
+
+def test_a_crash_is_not_an_exception_the_layer_could_catch() -> None:
+    assert not issubclass(Crash, Exception)
+
+
+def test_an_invocation_past_its_timeout_dies_at_its_next_step() -> None:
+    w = world()
+    outcome: list[str] = []
+
+    def run(_: Invocation) -> None:
+        try:
+            w.sleep(2.5)
+            outcome.append("survived")
+        except Crash:
+            outcome.append("killed")
+
+    w.at(NOW_MS, lambda: w.invoke("f", 2, run))
+    w.run_until(NOW_MS + 10_000)
+    assert outcome == ["killed"]
+    assert w.faults["lambda-timeout"] == 1
+
+
+def test_stop_ends_every_waiting_invocation() -> None:
+    w = world()
+    ended: list[str] = []
+
+    def run(_: Invocation) -> None:
+        try:
+            w.sleep(100)
+        except Crash as e:
+            ended.append(str(e))
+
+    w.at(NOW_MS, lambda: w.invoke("f", 600, run))
+    w.run_until(NOW_MS + 1000)
+    w.stop()
+    assert ended == ["the simulation ended"]
+
+
+# --- every call: latency, throttling, network errors, lost responses, crashes --------------
+
+
+def sqs(w: World, knobs: Knobs) -> tuple[FakeSqs, Any, str]:
+    inner = FakeSqs(RequestCounter(), w.clock)
+    url = inner.create_queue(QueueName="q")["QueueUrl"]
+    return inner, Faulty(inner, w, knobs, "sqs"), url
+
+
+def test_a_network_error_means_the_request_never_reached_aws() -> None:
+    w = world()
+    inner, client, url = sqs(w, replace(CALM, network_error=1.0))
+    with pytest.raises(EndpointConnectionError):
+        client.send_message(QueueUrl=url, MessageBody="x")
+    assert inner.depth(url) == 0
+
+
+def test_a_lost_response_means_the_write_happened() -> None:
+    w = world()
+    inner, client, url = sqs(w, replace(CALM, response_lost=1.0))
+    with pytest.raises(ReadTimeoutError):
+        client.send_message(QueueUrl=url, MessageBody="x")
+    assert inner.depth(url) == 1
+
+
+def test_throttling_is_the_services_error_code() -> None:
+    w = world()
+    _, client, url = sqs(w, replace(CALM, throttle=1.0))
+    with pytest.raises(ClientError) as raised:
+        client.send_message(QueueUrl=url, MessageBody="x")
+    assert raised.value.response["Error"]["Code"] == "RequestThrottled"
+
+
+def test_each_call_costs_a_latency_from_the_knobs() -> None:
+    w = world()
+    _, client, url = sqs(w, replace(CALM, latency_ms=(7, 7)))
+    client.send_message(QueueUrl=url, MessageBody="x")
+    assert w.now_ms == NOW_MS + 7
+
+
+@pytest.mark.parametrize("knob", ["crash_before_call", "crash_after_call"])
+def test_a_crash_kills_the_invocation_before_or_after_the_call_took_effect(knob: str) -> None:
+    w = world()
+    inner, client, url = sqs(w, replace(CALM, **{knob: 1.0}))
+    died: list[bool] = []
+
+    def run(_: Invocation) -> None:
+        try:
+            client.send_message(QueueUrl=url, MessageBody="x")
+        except Crash:
+            died.append(True)
+
+    w.at(NOW_MS, lambda: w.invoke("f", 60, run))
+    w.run_until(NOW_MS + 1000)
+    assert died == [True]
+    assert inner.depth(url) == (1 if knob == "crash_after_call" else 0)
+
+
+def test_sqs_batch_failed_entries_are_not_sent_and_the_others_are() -> None:
+    w = world()
+    inner, client, url = sqs(w, replace(CALM, partial_batch=1.0))
+    entries = [{"Id": str(i), "MessageBody": f"m{i}"} for i in range(10)]
+    answer = client.send_message_batch(QueueUrl=url, Entries=entries)
+    failed = {f["Id"] for f in answer["Failed"]}
+    assert 0 < len(failed) < 10
+    assert all(not f["SenderFault"] for f in answer["Failed"])
+    assert sorted(m.body for m in inner.messages(url)) == sorted(
+        f"m{i}" for i in range(10) if str(i) not in failed
+    )
+
+
+def dynamodb(w: World, knobs: Knobs) -> tuple[ReplicatedDynamoDB, Any]:
+    table = ReplicatedDynamoDB(w, knobs, RequestCounter())
+    table.create_table(TABLE)
+    return table, Faulty(table, w, knobs, "dynamodb")
+
+
+def test_unprocessed_items_are_not_written_and_are_handed_back() -> None:
+    w = world(3)
+    table, client = dynamodb(w, replace(CALM, partial_batch=1.0))
+    puts = [{"PutRequest": {"Item": item("p", f"s{i}")}} for i in range(20)]
+    answer = client.batch_write_item(RequestItems={TABLE: puts})
+    left = answer["UnprocessedItems"][TABLE]
+    assert 0 < len(left) < 20
+    written = {i["sk"]["S"] for i in table.items(TABLE)}
+    assert written.isdisjoint({r["PutRequest"]["Item"]["sk"]["S"] for r in left})
+    assert len(written) + len(left) == 20
+
+
+def test_unprocessed_keys_are_handed_back() -> None:
+    w = world(5)
+    table, client = dynamodb(w, replace(CALM, partial_batch=1.0))
+    for i in range(5):
+        table.put_item(TableName=TABLE, Item=item("p", f"s{i}"))
+    keys = [{"pk": {"S": "p"}, "sk": {"S": f"s{i}"}} for i in range(5)]
+    answer = client.batch_get_item(RequestItems={TABLE: {"Keys": keys, "ConsistentRead": True}})
+    got = answer["Responses"].get(TABLE, [])
+    assert len(got) + len(answer["UnprocessedKeys"][TABLE]["Keys"]) == 5
+    assert answer["UnprocessedKeys"][TABLE]["Keys"]
+
+
+# --- DynamoDB: eventual consistency, TTL, the stream -------------------------------------
+
+
+def test_eventually_consistent_reads_see_writes_late_and_in_order() -> None:
+    w = world()
+    table = ReplicatedDynamoDB(w, replace(CALM, stale_read_ms=5_000), RequestCounter())
+    table.create_table(TABLE)
+    key = {"pk": {"S": "p"}, "sk": {"S": "s"}}
+    table.put_item(TableName=TABLE, Item=item("p", "s", n={"N": "1"}))
+    table.put_item(TableName=TABLE, Item=item("p", "s", n={"N": "2"}))
+    assert table.get_item(TableName=TABLE, Key=key, ConsistentRead=True)["Item"]["n"] == {"N": "2"}
+    assert "Item" not in table.get_item(TableName=TABLE, Key=key)  # the replica lags
+    w.run_until(NOW_MS + 5_000)
+    assert table.get_item(TableName=TABLE, Key=key)["Item"]["n"] == {"N": "2"}
+
+
+def test_ttl_deletes_within_the_lag_and_expired_items_stay_readable_until_then() -> None:
+    w = world()
+    knobs = replace(CALM, ttl_lag_s=3_600)
+    table = ReplicatedDynamoDB(w, knobs, RequestCounter())
+    table.create_table(TABLE)
+    expires_s = NOW_MS // 1000 + 60
+    table.put_item(
+        TableName=TABLE,
+        Item=item("p", "s", kind={"S": c.KIND_MESSAGE}, **{c.ATTR_TTL: {"N": str(expires_s)}}),
+    )
+    ttl = Ttl(w, knobs, table, TABLE)
+    ttl.start()
+    w.run_until(expires_s * 1000 + 1)
+    assert table.items(TABLE)  # expired, not deleted yet
+    w.run_until(expires_s * 1000 + 3_600_000 + 2 * Ttl.SWEEP_MS)
+    assert table.items(TABLE) == []
+    (record,) = ttl.stream
+    assert record.raw["eventName"] == "REMOVE"
+    assert record.raw["userIdentity"] == {"type": "Service", "principalId": c.TTL_PRINCIPAL}
+    assert record.raw["dynamodb"]["OldImage"]["sk"] == {"S": "s"}
+
+
+def test_stream_records_may_come_twice() -> None:
+    w = world()
+    knobs = replace(CALM, ttl_lag_s=0, stream_duplicate=1.0)
+    table = ReplicatedDynamoDB(w, knobs, RequestCounter())
+    table.create_table(TABLE)
+    table.put_item(TableName=TABLE, Item=item("p", "s", **{c.ATTR_TTL: {"N": "1"}}))
+    ttl = Ttl(w, knobs, table, TABLE)
+    ttl.sweep()
+    assert [r.raw["dynamodb"]["Keys"]["sk"] for r in ttl.stream] == [{"S": "s"}] * 2
+
+
+# --- the target cluster ------------------------------------------------------------------
+
+
+def produce(producer: SimProducer) -> list[Any]:
+    reports: list[Any] = []
+    producer.produce("orders.x", b"v", on_delivery=lambda err, _msg: reports.append(err))
+    producer.flush()
+    return reports
+
+
+def test_a_cluster_outage_fails_each_record_with_a_transport_error() -> None:
+    w = world()
+    cluster = TargetCluster(outages=[(NOW_MS, NOW_MS + 60_000)])
+    (error,) = produce(SimProducer(w, CALM, cluster, "emitter"))
+    assert error.code() == KafkaError._TRANSPORT
+    assert cluster.log == []
+
+
+def test_a_lost_delivery_report_comes_after_the_write() -> None:
+    w = world()
+    cluster = TargetCluster()
+    (error,) = produce(SimProducer(w, replace(CALM, report_lost=1.0), cluster, "emitter"))
+    assert error.code() == KafkaError._MSG_TIMED_OUT
+    assert len(cluster.log) == 1
+
+
+def test_produce_may_be_refused_locally() -> None:
+    w = world()
+    producer = SimProducer(w, replace(CALM, produce_refused=1.0), TargetCluster(), "emitter")
+    with pytest.raises(BufferError):
+        producer.produce("orders.x", b"v")
