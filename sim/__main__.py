@@ -19,6 +19,8 @@ from sim.workload import Shape
 # Messages a seed's producers write per simulated hour of its window (the default shape's
 # rate: 300 in 20 minutes).
 RATE_PER_HOUR = 900
+# The results file is rewritten every this many seeds.
+CHECKPOINT_SEEDS = 25
 
 
 def seeds_of(text: str) -> list[int]:
@@ -59,14 +61,16 @@ def main(argv: list[str] | None = None) -> int:
         f"simulating {len(seeds)} seeds ({shape.messages} requests each, {args.workers} workers)",
         file=sys.stderr,
     )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     for result in campaign(seeds, shape, knobs, args.workers):
         summary.add(result)
         if not args.quiet or not result.ok:
             _progress(result, summary, len(seeds))
         if not result.ok:
             _explain(result, args)
+        if len(summary.seeds) % CHECKPOINT_SEEDS == 0:  # a long campaign stopped early still counts
+            args.out.write_text(json.dumps(summary.as_dict(shape, knobs), indent=2) + "\n")
     report = summary.as_dict(shape, knobs)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     _print_summary(report, args.out)
     return 1 if summary.failing else 0

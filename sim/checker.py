@@ -15,6 +15,7 @@ against the documented guarantees.
   delivered at the new time and not at the old one.
 - Duplicates: deliveries of one message beyond the first (they carry its ``delay-id``).
 - Integrity: a delivered record has the original key, value and user headers.
+- IAM: no call a function (or its event source) made was refused by its role.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ BUCKET_MS: Final = 10
 class Violation:
     """One broken guarantee: what, of which message."""
 
-    kind: str  # lost, early, cancel, reschedule, corrupt, refused, dead-lettered
+    kind: str  # lost, early, cancel, reschedule, corrupt, refused, dead-lettered, iam
     delay_id: str
     due_ms: int
     detail: str
@@ -156,6 +157,8 @@ class Checker:
         for key, produced in self.deliveries.items():
             for record in produced:
                 self._check_not_early(key, record, verdict)
+        for denial in self.p.roles.guard.denials:
+            verdict.violations.append(Violation("iam", denial.function, 0, str(denial)))
         return verdict
 
     # --- rules ----------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 
+from delayq_local.iam import IamGuard
 from sim.world import Crash, World
 
 # Calls that are not API requests of the functions (set-up, inspection).
@@ -59,8 +60,8 @@ class Knobs:
     # Per run: the scheduler down for longer than the TTL grace (ticks fail), and the target
     # cluster down for minutes to hours.
     scheduler_outage: float = 0.15
-    kafka_outage: float = 0.3
-    kafka_outage_max_s: int = 7_200
+    kafka_outage: float = 0.2
+    kafka_outage_max_s: int = 3_600
     # Per record produced: the delivery report lost after the write; produce() refused.
     report_lost: float = 0.005
     produce_refused: float = 0.003
@@ -79,6 +80,15 @@ class Knobs:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+def access_denied(service: str, operation: str, why: str) -> ClientError:
+    """What AWS answers a call IAM refuses."""
+    code = "AccessDeniedException" if service == "dynamodb" else "AccessDenied"
+    return ClientError(
+        {"Error": {"Code": code, "Message": why}, "ResponseMetadata": {"HTTPStatusCode": 403}},
+        operation,
+    )
+
+
 def _throttled(service: str, operation: str) -> ClientError:
     code, status = _THROTTLE_CODE.get(service, ("ThrottlingException", 400))
     return ClientError(
@@ -95,11 +105,14 @@ class Faulty:
     moves on meanwhile), may die or fail as the knobs say, and is checked against the
     invocation's timeout."""
 
-    def __init__(self, inner: Any, world: World, knobs: Knobs, service: str) -> None:
+    def __init__(
+        self, inner: Any, world: World, knobs: Knobs, service: str, guard: IamGuard | None = None
+    ) -> None:
         self._inner = inner
         self._world = world
         self._knobs = knobs
         self._service = service
+        self._guard = guard
         self._endpoint = f"https://{service}.us-east-1.amazonaws.com"
 
     def __getattr__(self, name: str) -> Any:
@@ -118,6 +131,7 @@ class Faulty:
         world.check_alive()
         if world.invocation is not None and world.chance(knobs.crash_before_call, "crash"):
             raise Crash(f"crash before {self._service}.{name}")
+        self._authorize(name, kwargs)
         if world.chance(knobs.throttle, f"{self._service}-throttled"):
             raise _throttled(self._service, name)
         if world.chance(knobs.network_error, "network-error"):
@@ -128,6 +142,17 @@ class Faulty:
         if world.invocation is not None and world.chance(knobs.crash_after_call, "crash"):
             raise Crash(f"crash after {self._service}.{name}")
         return result
+
+    def _authorize(self, name: str, kwargs: Mapping[str, Any]) -> None:
+        """IAM first: a call the function's role does not grant is refused (and recorded)."""
+        invocation = self._world.invocation
+        if self._guard is None or invocation is None:
+            return
+        operation = "".join(part.capitalize() for part in name.split("_"))
+        denial = self._guard.check(invocation.function, self._service, operation, kwargs)
+        if denial is not None:
+            self._world.faults["iam-denied"] += 1
+            raise access_denied(self._service, operation, str(denial))
 
     def _partial(self, name: str, method: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         """A batch call of which some entries are not done (told in the answer)."""

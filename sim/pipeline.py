@@ -43,13 +43,12 @@ from delayq.stats import DeliveryStats
 from delayq.store import MessageStore
 from sim.aws import ReplicatedDynamoDB, SimProducer, TargetCluster, Ttl
 from sim.faults import Faulty, Knobs
+from sim.iam import Roles, roles
 from sim.world import Crash, Invocation, World
 from testkit.aws import FakeS3, FakeSqs, RequestCounter
 from testkit.clock import SerialExecutor
 from testkit.events import kafka_event, queue_arn, sqs_record
 
-TABLE: Final = "delayq-messages"
-BUCKET: Final = "delayq-payloads"
 DELAY_TOPIC: Final = "delay-requests"
 ALLOWED: Final = ("orders.*", "reminders")
 PARTITIONS: Final = 2
@@ -70,12 +69,17 @@ STREAM_BATCH: Final = 100
 STREAM_RETRIES: Final = 10
 
 
-def sim_settings(**overrides: Any) -> Settings:
+def sim_settings(roles: Roles, **overrides: Any) -> Settings:
     """AWS's periods (15-minute horizon, 1-minute tick), with a TTL grace short enough that
-    a run reaches it (the scheduler outage knob is longer)."""
+    a run reaches it (the scheduler outage knob is longer); the resources the template names."""
+    names = roles.names
     values: dict[str, Any] = {
-        "table_name": TABLE,
-        "payload_bucket": BUCKET,
+        "table_name": names["MessageTable"],
+        "payload_bucket": names["PayloadBucket"],
+        "delay_queue_url": names["DelayQueue"],
+        "delay_dlq_url": names["DelayDeadLetterQueue"],
+        "reject_queue_url": names["RejectQueue"],
+        "tick_queue_url": names["TickQueue"],
         "allowed_targets": ALLOWED,
         "kafka_bootstrap": "sim:9092",
         "shards": 4,
@@ -141,35 +145,28 @@ class Pipeline:
     def __init__(self, world: World, knobs: Knobs, settings: Settings | None = None) -> None:
         self.world = world
         self.knobs = knobs
+        self.roles = roles()
+        self.settings = s = settings or sim_settings(self.roles)
         self.counter = RequestCounter()
         self.dynamodb = ReplicatedDynamoDB(world, knobs, self.counter)
-        self.dynamodb.create_table(TABLE)
+        self.dynamodb.create_table(s.table_name)
         self.sqs = FakeSqs(self.counter, world.clock)
-        url = {
-            name: self.sqs.create_queue(QueueName=name)["QueueUrl"]
-            for name in ("delayq-delay", "delayq-delay-dlq", "delayq-reject", "delayq-tick.fifo")
-        }
+        for url in (s.delay_queue_url, s.delay_dlq_url, s.reject_queue_url, s.tick_queue_url):
+            created = self.sqs.create_queue(QueueName=url.rsplit("/", 1)[-1])["QueueUrl"]
+            if created != url:
+                raise ValueError(f"queue {url} would be created as {created}")
         self.s3 = FakeS3(self.counter)
-        self.s3.create_bucket(Bucket=BUCKET)
-        self.settings = (settings or sim_settings()).with_overrides(
-            delay_queue_url=url["delayq-delay"],
-            delay_dlq_url=url["delayq-delay-dlq"],
-            reject_queue_url=url["delayq-reject"],
-            tick_queue_url=url["delayq-tick.fifo"],
-        )
-        self.ttl = Ttl(world, knobs, self.dynamodb, TABLE)
+        self.s3.create_bucket(Bucket=s.payload_bucket)
+        self.ttl = Ttl(world, knobs, self.dynamodb, s.table_name)
         self.cluster = TargetCluster()
         self.partitions = [Partition(n) for n in range(PARTITIONS)]
         self.acked: list[Acked] = []
         self.cleanup_failures: list[dict[str, Any]] = []  # the stream's on-failure destination
         self.scheduler_down: tuple[int, int] = (0, 0)
         self.invocations: dict[str, int] = dict.fromkeys(TIMEOUT_S, 0)
-        self._skew = {
-            f: world.rng.randint(-knobs.clock_skew_ms, knobs.clock_skew_ms) for f in TIMEOUT_S
-        }
         self._containers = {f: _Containers(partial(self._container, f)) for f in TIMEOUT_S}
         self._emitters = 0
-        self._emitter_poll_at: int | None = None
+        self._polls: dict[str, int] = {}  # queue URL -> when its event source looks next
         self._ticking = False
         self._stream_position = 0
         self._stream_busy = False
@@ -177,18 +174,16 @@ class Pipeline:
 
     # --- set-up ---------------------------------------------------------------------------
 
-    def skew(self, function: str) -> int:
-        """How far ``function``'s clock is off (ms)."""
-        return self._skew[function]
-
     def _container(self, function: str) -> _Container:
         world, knobs, s = self.world, self.knobs, self.settings
         serial = SerialExecutor()
         backoff = Backoff(rng=world.rng, sleep=world.sleep)
-        sqs = Faulty(_Notifying(self.sqs, self._sent), world, knobs, "sqs")
-        dynamodb = Faulty(self.dynamodb, world, knobs, "dynamodb")
-        s3 = Faulty(self.s3, world, knobs, "s3")
-        skew = self._skew[function]
+        guard = self.roles.guard
+        sqs = Faulty(_Notifying(self.sqs, self._sent), world, knobs, "sqs", guard)
+        dynamodb = Faulty(self.dynamodb, world, knobs, "dynamodb", guard)
+        s3 = Faulty(self.s3, world, knobs, "s3", guard)
+        # Each execution environment's clock is off by its own amount.
+        skew = world.rng.randint(-knobs.clock_skew_ms, knobs.clock_skew_ms)
         store = MessageStore(
             dynamodb,
             s.table_name,
@@ -334,6 +329,8 @@ class Pipeline:
         if self._ticking:
             return
         url = self.settings.tick_queue_url
+        if not self._poller_may("scheduler", "ReceiveMessage", url):
+            return
         got = self.sqs.receive_message(
             QueueUrl=url, MaxNumberOfMessages=1, VisibilityTimeout=TICK_VISIBILITY_S
         )
@@ -364,13 +361,21 @@ class Pipeline:
 
         def done(ok: bool) -> None:
             self._ticking = False
-            if ok:
+            if ok and self._poller_may("scheduler", "DeleteMessage", url):
                 self.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
             self.world.at(self.world.now_ms, self._poll_ticks)
 
         self._invoke("scheduler", body, done)
 
     # --- delay queue -> emitter -----------------------------------------------------------
+
+    def _poller_may(self, function: str, operation: str, url: str) -> bool:
+        """Lambda's pollers call SQS with the function's execution role: IAM checks them too
+        (a refused poll leaves the messages where they are)."""
+        denial = self.roles.guard.check(function, "sqs", operation, {"QueueUrl": url})
+        if denial is not None:
+            self.world.faults["iam-denied"] += 1
+        return denial is None
 
     def _sent(self, url: str) -> None:
         """Something was sent to ``url``: its event source looks again when it is visible."""
@@ -380,23 +385,31 @@ class Pipeline:
             self._wake(url, self._poll_ticks)
 
     def _wake(self, url: str, poll: Callable[[], None], window_ms: int = 0) -> None:
+        """The event source looks at ``url`` again when its next message becomes visible
+        (after a batching window): one pending look per queue, the earliest needed."""
         visible = self.sqs.next_visible_ms(url)
         if visible is None:
             return
         when = max(visible, self.world.now_ms) + (
             self.world.rng.randint(0, window_ms) if window_ms else 0
         )
-        if poll == self._poll_delay_queue:
-            if self._emitter_poll_at is not None and self._emitter_poll_at <= when:
-                return
-            self._emitter_poll_at = when
-        self.world.at(when, poll)
+        pending = self._polls.get(url)
+        if pending is not None and pending <= when:
+            return
+        self._polls[url] = when
+        self.world.at(when, partial(self._looked, url, when, poll))
+
+    def _looked(self, url: str, when: int, poll: Callable[[], None]) -> None:
+        if self._polls.get(url) == when:
+            del self._polls[url]
+        poll()
 
     def _poll_delay_queue(self) -> None:
-        self._emitter_poll_at = None
         url = self.settings.delay_queue_url
         if self._emitters >= EMITTER_CONCURRENCY:
             return  # a finishing invocation polls again
+        if not self._poller_may("emitter", "ReceiveMessage", url):
+            return
         got: list[dict[str, Any]] = []
         while len(got) < EMITTER_BATCH:
             more = self.sqs.receive_message(
@@ -453,7 +466,7 @@ class Pipeline:
 
         def done(ok: bool) -> None:
             self._emitters -= 1
-            if ok:
+            if ok and self._poller_may("emitter", "DeleteMessage", url):
                 for m in got:
                     if m["MessageId"] in failed:
                         continue
@@ -534,7 +547,7 @@ class Pipeline:
 
     def payload(self, key: str) -> bytes | None:
         """An offloaded value."""
-        return self.s3.objects(BUCKET).get(key)
+        return self.s3.objects(self.settings.payload_bucket).get(key)
 
 
 class _Notifying:

@@ -36,6 +36,7 @@ class RunResult:
     verdict: Verdict
     faults: Counter[str]
     invocations: dict[str, int]
+    iam_checked: int
     fingerprint: str  # a digest of the run's history: the same seed gives the same one
     stories: dict[str, list[str]] = field(default_factory=dict)
 
@@ -74,6 +75,7 @@ def run_seed(seed: int, shape: Shape | None = None, knobs: Knobs | None = None) 
         verdict=verdict,
         faults=pipeline.world.faults,
         invocations=dict(pipeline.invocations),
+        iam_checked=pipeline.roles.guard.checked,
         fingerprint=_fingerprint(pipeline),
         stories={b: checker.story(b) for b in broken},
     )
@@ -147,6 +149,7 @@ class Summary:
     violations: Counter[str] = field(default_factory=Counter)  # by kind (checker.Violation)
     duplicates: int = 0
     unacknowledged: int = 0
+    iam_checked: int = 0
     delivered: int = 0
     dead_lettered: int = 0
     cancelled: int = 0
@@ -164,6 +167,7 @@ class Summary:
         self.simulated_ms += result.simulated_ms
         self.faults.update(result.faults)
         self.violations.update(violation.kind for violation in v.violations)
+        self.iam_checked += result.iam_checked
         self.duplicates += v.duplicates
         self.unacknowledged += v.unacknowledged
         self.delivered += v.delivered
@@ -210,6 +214,7 @@ class Summary:
             "duplicates": self.duplicates,
             "violations": dict(sorted(self.violations.items())),
             "unacknowledged": self.unacknowledged,
+            "iam_calls_checked": self.iam_checked,
             "outcomes": {
                 "delivered": self.delivered,
                 "dead_lettered": self.dead_lettered,

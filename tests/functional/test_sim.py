@@ -26,7 +26,7 @@ SMALL = Shape(messages=80, window_ms=5 * 60_000, max_delay_ms=40 * 60_000)
 
 @cache
 def calm_run() -> tuple[Pipeline, Workload]:
-    return simulate(13, SMALL, Knobs.calm())  # a seed with cancels, reschedules, invalid records
+    return simulate(11, SMALL, Knobs.calm())  # a seed with timely cancels, a reschedule, a reject
 
 
 def violations(pipeline: Pipeline, workload: Workload) -> list[str]:
@@ -48,7 +48,7 @@ def test_without_faults_every_message_is_delivered_once() -> None:
     assert verdict.duplicates == 0
     assert verdict.unacknowledged == 0
     assert verdict.messages == verdict.delivered + verdict.cancelled > 50
-    assert verdict.rejected == 3
+    assert verdict.rejected == sum(1 for i in workload.intents if i.kind == "invalid") > 0
     assert verdict.cancelled >= 1
     assert pipeline.world.faults == {}
 
@@ -68,7 +68,11 @@ def tampered(change: str) -> list[str]:
     pipeline, workload = calm_run()
     original = pipeline.cluster.log
     log = list(original)
-    first = log[0]
+    controlled = {i.delay_id.encode() for i in workload.intents if i.kind != "delay"}
+    index = next(
+        n for n, p in enumerate(log) if dict(p.record.headers)[c.HEADER_ID] not in controlled
+    )
+    first = log[index]
     headers = first.record.headers
     if change == "lost":
         delay_id = dict(headers)[c.HEADER_ID]

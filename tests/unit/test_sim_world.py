@@ -12,6 +12,7 @@ from confluent_kafka import KafkaError
 from delayq import constants as c
 from sim.aws import ReplicatedDynamoDB, SimProducer, TargetCluster, Ttl
 from sim.faults import Faulty, Knobs
+from sim.iam import roles
 from sim.world import Crash, Invocation, World
 from testkit.aws import FakeSqs, RequestCounter
 from testkit.clock import NOW_MS
@@ -267,3 +268,34 @@ def test_produce_may_be_refused_locally() -> None:
     producer = SimProducer(w, replace(CALM, produce_refused=1.0), TargetCluster(), "emitter")
     with pytest.raises(BufferError):
         producer.produce("orders.x", b"v")
+
+
+# --- IAM: each call against the function's role in template.yaml -------------------------
+
+
+def test_a_call_the_role_does_not_grant_is_refused_as_aws_refuses_it() -> None:
+    w = world()
+    template_roles = roles()
+    names, guard = template_roles.names, template_roles.guard
+    inner = FakeSqs(RequestCounter(), w.clock)
+    for name in ("DelayQueue", "TickQueue"):
+        inner.create_queue(QueueName=names[name].rsplit("/", 1)[-1])
+    client = Faulty(inner, w, CALM, "sqs", guard)
+    outcomes: list[str] = []
+
+    def timer(_: Invocation) -> None:
+        tick = {"MessageGroupId": "t", "MessageDeduplicationId": "1", "MessageBody": "x"}
+        client.send_message(QueueUrl=names["TickQueue"], **tick)
+        outcomes.append("tick sent")
+        try:
+            client.send_message(QueueUrl=names["DelayQueue"], MessageBody="x")
+        except ClientError as e:
+            outcomes.append(e.response["Error"]["Code"])
+
+    w.at(NOW_MS, lambda: w.invoke("timer", 10, timer))
+    w.run_until(NOW_MS + 1000)
+    assert outcomes == ["tick sent", "AccessDenied"]
+    (denial,) = guard.denials
+    assert denial.function == "timer"
+    assert "sqs:SendMessage" in str(denial)
+    assert w.faults["iam-denied"] == 1

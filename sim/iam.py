@@ -1,0 +1,128 @@
+"""IAM in the simulation: every call a function makes is checked against that function's role
+in ``template.yaml``, by the same evaluator the local stack uses (:mod:`delayq_local.iam`).
+
+The template is expanded (SAM) and its roles resolved with the physical names the simulation
+gives its resources (``<stack>-<LogicalId>``, as CloudFormation names unnamed resources), so a
+grant that names the wrong queue, or a call no statement covers, is refused here as AWS would
+refuse it, with an ``AccessDenied`` the function sees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any, Final
+
+from delayq_local.iam import Account, IamGuard, guard_of, role_documents
+from delayq_local.intrinsics import Resolver
+from delayq_local.provision import default_name
+from delayq_local.template import Template, load_template
+
+TEMPLATE: Final = Path(__file__).resolve().parent.parent / "template.yaml"
+STACK: Final = "delayq"
+REGION: Final = "us-east-1"
+ACCOUNT: Final = "123456789012"  # testkit.aws.FakeSqs's account
+
+# The parameters without a default (a self-managed cluster: no MSK ARN to name).
+PARAMETERS: Final = {"AllowedTargets": "orders.*,reminders", "KafkaBootstrapServers": "sim:9092"}
+# The simulation's functions by their template logical ids.
+FUNCTIONS: Final = {
+    "ingest": "IngestFunction",
+    "timer": "TimerFunction",
+    "scheduler": "SchedulerFunction",
+    "emitter": "EmitterFunction",
+    "cleanup": "CleanupFunction",
+}
+
+
+@dataclass(frozen=True)
+class _Names:
+    """``Ref`` and ``Fn::GetAtt`` of the template's resources under CloudFormation's default
+    physical names (what the simulation creates)."""
+
+    template: Template
+
+    def _type(self, logical_id: str) -> str:
+        return str(self.template.resources[logical_id].get("Type"))
+
+    def _name(self, logical_id: str) -> str:
+        props = self.template.resources[logical_id].get("Properties") or {}
+        fifo = str(props.get("FifoQueue", "")).lower() == "true"
+        return default_name(STACK, logical_id) + (".fifo" if fifo else "")
+
+    def ref(self, logical_id: str) -> Any:
+        name = self._name(logical_id)
+        if self._type(logical_id) == "AWS::SQS::Queue":
+            return f"https://sqs.{REGION}.amazonaws.com/{ACCOUNT}/{name}"
+        return name
+
+    def get_att(self, logical_id: str, attribute: str) -> Any:
+        kind, name = self._type(logical_id), self._name(logical_id)
+        arns = {
+            "AWS::SQS::Queue": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}",
+            "AWS::DynamoDB::Table": f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{name}",
+            "AWS::S3::Bucket": f"arn:aws:s3:::{name}",
+            "AWS::Lambda::Function": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{name}",
+        }
+        special = {
+            "QueueName": name,
+            "QueueUrl": self.ref(logical_id),
+            "StreamArn": f"{arns.get(kind, '')}/stream/sim",
+        }
+        if attribute == "Arn" and kind in arns:
+            return arns[kind]
+        if attribute in special:
+            return special[attribute]
+        service = kind.split("::")[1].lower() if "::" in kind else "local"
+        return f"arn:aws:{service}:{REGION}:{ACCOUNT}:{logical_id}/{attribute}"
+
+
+@dataclass(frozen=True)
+class Roles:
+    """The functions' roles as a guard, and the names the simulation must use."""
+
+    guard: IamGuard
+    names: Mapping[str, str]  # logical id -> Ref (table and bucket names, queue URLs)
+
+
+@cache
+def _documents() -> tuple[dict[str, list[Mapping[str, Any]]], dict[str, str]]:
+    template = load_template(TEMPLATE).expand(PARAMETERS, REGION)
+    names = _Names(template)
+    resolver = Resolver(
+        template=template,
+        parameters=template.parameter_values(PARAMETERS),
+        pseudo={
+            "AWS::StackName": STACK,
+            "AWS::Region": REGION,
+            "AWS::AccountId": ACCOUNT,
+            "AWS::Partition": "aws",
+            "AWS::URLSuffix": "amazonaws.com",
+            "AWS::StackId": f"arn:aws:cloudformation:{REGION}:{ACCOUNT}:stack/{STACK}/sim",
+            "AWS::NotificationARNs": [],
+        },
+        resources=names,
+    )
+    policies: dict[str, list[Mapping[str, Any]]] = {}
+    for function, logical_id in FUNCTIONS.items():
+        documents = role_documents(
+            template.resources, template.resources[logical_id], resolver.resolve
+        )
+        if documents is None:
+            raise ValueError(f"{logical_id}: its role is not a role of the template")
+        policies[function] = documents
+    refs = {
+        logical_id: str(names.ref(logical_id))
+        for logical_id, resource in template.resources.items()
+        if resource.get("Type") in ("AWS::SQS::Queue", "AWS::DynamoDB::Table", "AWS::S3::Bucket")
+    }
+    return policies, refs
+
+
+def roles() -> Roles:
+    """A fresh guard (its denials are this run's) over the template's roles."""
+    policies, refs = _documents()
+    table = refs["MessageTable"]
+    return Roles(guard_of(policies, Account(REGION, ACCOUNT, {table: "pk"})), refs)
