@@ -27,6 +27,7 @@ from delayq.store import MessageStore
 from testkit.aws import FakeDynamoDB, FakeS3, FakeSqs, RequestCounter
 from testkit.clock import NOW_MS, FakeClock, no_sleep_backoff
 from testkit.kafka import FakeProducer
+from testkit.services import message_store
 
 TABLE: Final = "delayq-messages"
 BUCKET: Final = "delayq-payloads"
@@ -107,14 +108,7 @@ class InMemoryPipeline:
             delay_dlq_url=dlq_url,
         )
         backoff = no_sleep_backoff()
-        store = MessageStore(
-            dynamodb,
-            s.table_name,
-            shards=s.shards,
-            ttl_grace_seconds=s.ttl_grace_seconds,
-            max_delay_seconds=s.max_delay_seconds,
-            backoff=backoff,
-        )
+        store = message_store(dynamodb, s, backoff)
         payloads = PayloadStore(s3, s.payload_bucket, backoff)
         return cls(
             settings=s,

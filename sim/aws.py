@@ -18,7 +18,7 @@ from delayq import constants as c
 from sim.faults import Knobs
 from sim.world import World
 from testkit.aws import FakeDynamoDB, RequestCounter
-from testkit.kafka import ProducedRecord
+from testkit.kafka import FakeProducer, ProducedRecord
 
 _WRITES: Final = frozenset({"put_item", "update_item", "delete_item", "batch_write_item"})
 _READS: Final = frozenset({"get_item", "query", "batch_get_item"})
@@ -170,18 +170,18 @@ class TargetCluster:
         return any(start <= now_ms < end for start, end in self.outages)
 
 
-class SimProducer:
+class SimProducer(FakeProducer):
     """A function's ``confluent_kafka.Producer`` on the simulated cluster: records are
-    written at the flush, unless the cluster is down (a transport error for each); a
-    delivery report may be lost after the write (the record is there, the report says it
-    timed out); ``produce()`` itself may refuse a record (queue full)."""
+    written at the flush (one round trip), unless the cluster is down (a transport error for
+    each); a delivery report may be lost after the write (the record is there, the report says
+    it timed out); ``produce()`` itself may refuse a record (its local queue full)."""
 
     def __init__(self, world: World, knobs: Knobs, cluster: TargetCluster, function: str) -> None:
+        super().__init__(keep=False)
         self.world = world
         self.knobs = knobs
         self.cluster = cluster
         self.function = function
-        self._pending: list[tuple[Callable[[Any, Any], None] | None, ProducedRecord]] = []
 
     def produce(
         self,
@@ -190,37 +190,28 @@ class SimProducer:
         key: bytes | None = None,
         headers: Sequence[tuple[str, bytes | None]] | None = None,
         on_delivery: Callable[[Any, Any], None] | None = None,
-        **_: Any,
+        **kwargs: Any,
     ) -> None:
         """Queue one record (or refuse it, as a full local queue does)."""
         if self.world.chance(self.knobs.produce_refused, "kafka-produce-refused"):
             raise BufferError("Local: Queue full")
-        self._pending.append((on_delivery, ProducedRecord(topic, key, value, tuple(headers or ()))))
+        super().produce(topic, value, key, headers, on_delivery, **kwargs)
 
     def poll(self, timeout: float = 0) -> int:
         """Delivery reports come with the flush."""
         return 0
 
     def flush(self, timeout: float = 0) -> int:
-        """Write every queued record (one round trip) and serve its report."""
-        if not self._pending:
-            return 0
-        self.world.pause(self.world.rng.randint(2, 20))
-        pending, self._pending = self._pending, []
-        for callback, record in pending:
-            if self.cluster.down(self.world.now_ms):
-                self.world.faults["kafka-down"] += 1
-                if callback:
-                    callback(KafkaError(KafkaError._TRANSPORT), None)
-                continue
-            self.cluster.log.append(Produced(record, self.world.now_ms, self.function))
-            if self.world.chance(self.knobs.report_lost, "kafka-report-lost"):
-                if callback:
-                    callback(KafkaError(KafkaError._MSG_TIMED_OUT), None)
-                continue
-            if callback:
-                callback(None, record)
-        return 0
+        """Write every queued record and serve the reports, after one round trip."""
+        if len(self):
+            self.world.pause(self.world.rng.randint(2, 20))
+        return super().flush(timeout)
 
-    def __len__(self) -> int:
-        return len(self._pending)
+    def _error_for(self, record: ProducedRecord) -> KafkaError | None:
+        if self.cluster.down(self.world.now_ms):
+            self.world.faults["kafka-down"] += 1
+            return KafkaError(KafkaError._TRANSPORT)
+        self.cluster.log.append(Produced(record, self.world.now_ms, self.function))
+        if self.world.chance(self.knobs.report_lost, "kafka-report-lost"):
+            return KafkaError(KafkaError._MSG_TIMED_OUT)
+        return None

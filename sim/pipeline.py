@@ -48,6 +48,7 @@ from sim.world import Crash, Invocation, World
 from testkit.aws import FakeS3, FakeSqs, RequestCounter
 from testkit.clock import SerialExecutor
 from testkit.events import kafka_event, queue_arn, sqs_record
+from testkit.services import message_store
 
 DELAY_TOPIC: Final = "delay-requests"
 ALLOWED: Final = ("orders.*", "reminders")
@@ -184,15 +185,7 @@ class Pipeline:
         s3 = Faulty(self.s3, world, knobs, "s3", guard)
         # Each execution environment's clock is off by its own amount.
         skew = world.rng.randint(-knobs.clock_skew_ms, knobs.clock_skew_ms)
-        store = MessageStore(
-            dynamodb,
-            s.table_name,
-            shards=s.shards,
-            ttl_grace_seconds=s.ttl_grace_seconds,
-            max_delay_seconds=s.max_delay_seconds,
-            backoff=backoff,
-            executor=serial,
-        )
+        store = message_store(dynamodb, s, backoff, serial)
         payloads = PayloadStore(s3, s.payload_bucket, backoff, executor=serial)
         producer = SimProducer(world, knobs, self.cluster, function)
 

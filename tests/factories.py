@@ -20,6 +20,7 @@ from delayq.settings import Settings
 from delayq.store import MessageStore
 from testkit.clock import NOW_MS, no_sleep_backoff
 from testkit.events import queue_arn, sqs_record
+from testkit.services import message_store
 
 ROOT = Path(__file__).resolve().parent.parent
 EVENTS = ROOT / "events"
@@ -194,14 +195,7 @@ def delay_request(
 
 def store_of(client: Any, settings: Settings) -> MessageStore:
     """The message table through ``client``, shaped by ``settings``, with no real sleeps."""
-    return MessageStore(
-        client,
-        settings.table_name,
-        shards=settings.shards,
-        ttl_grace_seconds=settings.ttl_grace_seconds,
-        max_delay_seconds=settings.max_delay_seconds,
-        backoff=no_sleep_backoff(),
-    )
+    return message_store(client, settings, no_sleep_backoff())
 
 
 def client_error(code: str, *, status: int = 400, operation: str = "Operation") -> ClientError:
