@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from delayq import constants as c
-from delayq.contract import dead_letter_of, decode_body
+from delayq.contract import DelayRequest, dead_letter_of, decode_body
 from delayq.exceptions import EnvelopeError
 from delayq.kafka import Failure
 from delayq.store import request_from_item
@@ -36,8 +36,15 @@ from sim.pipeline import Pipeline
 from sim.workload import Intent, Workload
 
 # A cancel or reschedule acknowledged this long before due always wins (README: the
-# emitter's hold + 2 s); the hold comes from the settings.
+# emitter's hold + 2 s, for clocks that agree within that); the hold comes from the settings,
+# and a run whose clocks are further apart widens the window by the difference.
 GUARD_MS: Final = 2_000
+# Dead-letter reasons nothing in the simulated world justifies: the target cluster accepts
+# every record it can reach, outages are shorter than the 24-hour allowance, payloads are
+# never deleted (the bucket's lifecycle rule is longer than any run).
+UNCAUSED_REASONS: Final = frozenset(
+    {str(Failure.UNAVAILABLE), str(Failure.REFUSED), str(Failure.PAYLOAD_MISSING)}
+)
 # Messages due this soon after an outage ended are counted as the outage's.
 OUTAGE_RECOVERY_MS: Final = 10 * 60_000
 # Lateness histogram resolution.
@@ -103,23 +110,33 @@ class Checker:
 
     def _dead_letters(self) -> dict[tuple[str, int], list[str]]:
         """Dead-lettered messages by ``(id, due)``: the reason of each copy. A copy whose
-        value is a pointer to S3 counts only while the object is there (whole bytes)."""
+        value is a pointer to S3 counts only while the object is there (whole bytes); one
+        that is not whole, or that gives a reason this world never causes, is a violation
+        whether or not another copy was delivered."""
         found: dict[tuple[str, int], list[str]] = defaultdict(list)
+        self.dead_letter_faults: list[Violation] = []
+        copies: list[tuple[DelayRequest, str]] = []
         for body in self.p.queue_bodies(self.p.settings.delay_dlq_url):
             try:
                 entries = decode_body(body)
             except EnvelopeError:
                 continue
             for entry in entries:
-                request = entry.request
-                if request is None or not self._whole(request.payload_ref):
-                    continue
-                reason = (dead_letter_of(entry.text) or {}).get("reason", "max-receives")
-                found[(request.delay_id, request.due_ms)].append(str(reason))
+                if entry.request is not None:
+                    reason = (dead_letter_of(entry.text) or {}).get("reason", "max-receives")
+                    copies.append((entry.request, str(reason)))
         for record in self.p.cleanup_failures:
-            request = request_from_item(record["dynamodb"]["OldImage"])
-            if self._whole(request.payload_ref):
-                found[(request.delay_id, request.due_ms)].append("cleanup-failed")
+            copies.append((request_from_item(record["dynamodb"]["OldImage"]), "cleanup-failed"))
+        for request, reason in copies:
+            key = (request.delay_id, request.due_ms)
+            if not self._whole(request.payload_ref):
+                detail = f"dead-lettered ({reason}) without its value: {request.payload_ref}"
+            elif reason in UNCAUSED_REASONS:
+                detail = f"dead-lettered as {reason}, which nothing in this world causes"
+            else:
+                found[key].append(reason)
+                continue
+            self.dead_letter_faults.append(Violation("dead-lettered", key[0], key[1], detail))
         return found
 
     def _whole(self, payload_ref: str | None) -> bool:
@@ -157,6 +174,7 @@ class Checker:
         for key, produced in self.deliveries.items():
             for record in produced:
                 self._check_not_early(key, record, verdict)
+        verdict.violations.extend(self.dead_letter_faults)
         for denial in self.p.roles.guard.denials:
             verdict.violations.append(Violation("iam", denial.function, 0, str(denial)))
         return verdict
@@ -201,14 +219,8 @@ class Checker:
             self._delivered(message, delivered, verdict)
         elif cancels:
             verdict.cancelled += 1  # a late cancel may or may not win
-        elif reasons := [r for due in dues for r in self.dead.get((message.delay_id, due), [])]:
+        elif any(self.dead.get((message.delay_id, due)) for due in dues):
             verdict.dead_lettered += 1
-            if Failure.UNAVAILABLE in reasons:
-                # Retried for DELAYQ_TARGET_OUTAGE_MAX_SECONDS (24 h): longer than any outage here.
-                detail = "dead-lettered as target-unavailable within the outage allowance"
-                verdict.violations.append(
-                    Violation("dead-lettered", message.delay_id, message.due_ms, detail)
-                )
         else:
             detail = "acknowledged, never delivered, not dead-lettered"
             verdict.violations.append(Violation("lost", message.delay_id, message.due_ms, detail))
@@ -256,9 +268,11 @@ class Checker:
             )
 
     def _near_outage(self, due_ms: int) -> bool:
-        """Due while the scheduler or the target was down, or while they caught up."""
+        """Due while the scheduler, the target or an ingest partition was stalled, or while
+        they caught up."""
         horizon_ms = self.p.settings.horizon_seconds * 1000
-        outages = [self.p.scheduler_down, *self.p.cluster.outages]
+        stalls = [(since, until) for _, since, until in self.p.ingest_stalls]
+        outages = [self.p.scheduler_down, *self.p.cluster.outages, *stalls]
         return any(
             start - horizon_ms <= due_ms <= end + OUTAGE_RECOVERY_MS
             for start, end in outages
@@ -268,7 +282,7 @@ class Checker:
     def _early_enough(self, control: Intent, due_ms: int) -> bool:
         """Acknowledged at least the emitter's hold + 2 s before ``due_ms``."""
         ack = self.ack_ms[id(control)]
-        return ack is not None and ack <= due_ms - self.hold_ms - GUARD_MS
+        return ack is not None and ack <= due_ms - self.hold_ms - GUARD_MS - self.p.clock_offset_ms
 
     def _check_not_early(self, key: tuple[str, int], produced: Produced, verdict: Verdict) -> None:
         emitted = _header(produced.record.headers, c.HEADER_EMITTED_MS)

@@ -62,6 +62,11 @@ class Knobs:
     scheduler_outage: float = 0.15
     kafka_outage: float = 0.2
     kafka_outage_max_s: int = 3_600
+    # Per run: one delay-topic partition's event source stalls for 10 s to 5 minutes (its
+    # records are read late, some past due); ingest's clock is 1-3 minutes behind (the
+    # guarantees that compare clocks widen by that much; the scheduler's guard must hold).
+    ingest_stall: float = 0.3
+    ingest_clock_behind: float = 0.1
     # Per record produced: the delivery report lost after the write; produce() refused.
     report_lost: float = 0.005
     produce_refused: float = 0.003

@@ -44,6 +44,7 @@ from delayq.store import MessageStore
 from sim.aws import ReplicatedDynamoDB, SimProducer, TargetCluster, Ttl
 from sim.faults import Faulty, Knobs
 from sim.iam import Roles, roles
+from sim.workload import PARTITIONS
 from sim.world import Crash, Invocation, World
 from testkit.aws import FakeS3, FakeSqs, RequestCounter
 from testkit.clock import SerialExecutor
@@ -52,7 +53,6 @@ from testkit.services import message_store
 
 DELAY_TOPIC: Final = "delay-requests"
 ALLOWED: Final = ("orders.*", "reminders")
-PARTITIONS: Final = 2
 
 # From template.yaml (timeouts, batch sizes, visibility timeouts, receive counts, retries).
 TIMEOUT_S: Final = {"ingest": 60, "timer": 10, "scheduler": 60, "emitter": 30, "cleanup": 60}
@@ -164,6 +164,8 @@ class Pipeline:
         self.acked: list[Acked] = []
         self.cleanup_failures: list[dict[str, Any]] = []  # the stream's on-failure destination
         self.scheduler_down: tuple[int, int] = (0, 0)
+        self.ingest_stalls: list[tuple[int, int, int]] = []  # (partition, from, until)
+        self.ingest_behind_ms = 0
         self.invocations: dict[str, int] = dict.fromkeys(TIMEOUT_S, 0)
         self._containers = {f: _Containers(partial(self._container, f)) for f in TIMEOUT_S}
         self._emitters = 0
@@ -185,6 +187,8 @@ class Pipeline:
         s3 = Faulty(self.s3, world, knobs, "s3", guard)
         # Each execution environment's clock is off by its own amount.
         skew = world.rng.randint(-knobs.clock_skew_ms, knobs.clock_skew_ms)
+        if function == "ingest":
+            skew -= self.ingest_behind_ms
         store = message_store(dynamodb, s, backoff, serial)
         payloads = PayloadStore(s3, s.payload_bucket, backoff, executor=serial)
         producer = SimProducer(world, knobs, self.cluster, function)
@@ -255,9 +259,24 @@ class Pipeline:
         p.polling = True
         self.world.at(self.world.now_ms + after_ms, lambda: self._ingest(p))
 
+    @property
+    def clock_offset_ms(self) -> int:
+        """How far apart two functions' clocks may be in this run, beyond the normal skew."""
+        return self.ingest_behind_ms
+
     def _ingest(self, p: Partition) -> None:
         p.polling = False
         if p.busy or p.committed >= len(p.records):
+            return
+        now = self.world.now_ms
+        stalled = [
+            until
+            for n, since, until in self.ingest_stalls
+            if n == p.number and since <= now < until
+        ]
+        if stalled:
+            self.world.faults["ingest-stalled"] += 1
+            self._poll_partition(p, max(stalled) - now)
             return
         batch = p.records[p.committed : p.committed + INGEST_BATCH]
         p.busy = True

@@ -51,7 +51,7 @@ def simulate(seed: int, shape: Shape, knobs: Knobs) -> tuple[Pipeline, Workload]
     world = World(seed, NOW_MS)
     pipeline = Pipeline(world, knobs)
     start = world.now_ms + 60_000
-    workload = generate(world.rng, start, shape, len(pipeline.partitions))
+    workload = generate(world.rng, start, shape)
     end = _plan_outages(world, knobs, pipeline, start, workload)
     for intent in workload.intents:
         world.at(intent.send_ms, partial(_write, pipeline, intent))
@@ -104,6 +104,12 @@ def _plan_outages(
         pipeline.cluster.outages.append((down, up))
         world.note(f"target cluster down until {up}")
         end = max(end, up + SETTLE_MS)
+    if world.chance(knobs.ingest_stall, "ingest-stall"):
+        since = start + world.rng.randint(0, 20 * 60_000)
+        until = since + world.rng.randint(10_000, 5 * 60_000)
+        pipeline.ingest_stalls.append((world.rng.randrange(len(pipeline.partitions)), since, until))
+    if world.chance(knobs.ingest_clock_behind, "ingest-clock-behind"):
+        pipeline.ingest_behind_ms = world.rng.randint(60_000, 180_000)
     # Stored messages expire at due + grace and TTL may take ttl_lag_s more to delete them:
     # the safety net's re-drives happen by then.
     return end + grace_ms + knobs.ttl_lag_s * 1000

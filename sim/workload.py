@@ -20,6 +20,7 @@ TARGETS: Final = ("orders.timeout", "reminders")
 FORBIDDEN_TARGET: Final = "payments.internal"
 LARGE_BYTES: Final = 250_000  # over the 200 KB offload threshold
 HORIZON_MS: Final = 900_000
+PARTITIONS: Final = 2  # of the delay topic
 
 Kind = Literal["delay", "cancel", "reschedule", "invalid"]
 
@@ -35,7 +36,7 @@ class Shape:
     cancel: float = 0.08
     reuse_after_cancel: float = 0.35
     reschedule: float = 0.08
-    large: float = 0.02
+    large: float = 0.05
     invalid: float = 0.03
 
 
@@ -78,12 +79,12 @@ class Workload:
         return max((max(i.due_ms, i.was_due_ms, i.send_ms) for i in self.intents), default=0)
 
 
-def partition_of(delay_id: str, partitions: int) -> int:
+def partition_of(delay_id: str) -> int:
     """Keyed by id, as a producer keyed by id would write (one id, one partition)."""
-    return zlib.crc32(delay_id.encode()) % partitions
+    return zlib.crc32(delay_id.encode()) % PARTITIONS
 
 
-def generate(rng: random.Random, start_ms: int, shape: Shape, partitions: int) -> Workload:
+def generate(rng: random.Random, start_ms: int, shape: Shape) -> Workload:
     """The records of one run (deterministic for a given ``rng`` state)."""
     out: list[Intent] = []
     counter = 0
@@ -110,7 +111,7 @@ def generate(rng: random.Random, start_ms: int, shape: Shape, partitions: int) -
             "delay",
             send_ms,
             delay_id,
-            partition_of(delay_id, partitions),
+            partition_of(delay_id),
             headers,
             key,
             value,
@@ -154,7 +155,7 @@ def generate(rng: random.Random, start_ms: int, shape: Shape, partitions: int) -
                     "invalid",
                     send_ms,
                     delay_id,
-                    partition_of(delay_id, partitions),
+                    partition_of(delay_id),
                     headers,
                     None,
                     rng.randbytes(40),
@@ -180,12 +181,17 @@ def _controls(
     wait = message.due_ms - message.send_ms
     p = message.partition
     if rng.random() < shape.cancel:
-        if wait > 20_000 and rng.random() < 0.7:
+        band = rng.random()
+        if wait > 20_000 and band < 0.4:
             cancel_ms = message.send_ms + rng.randint(1_000, wait // 2)  # well before due
+        elif wait > 20_000 and band < 0.7:
+            cancel_ms = message.due_ms - rng.randint(5_500, 12_000)  # just inside the guarantee
         else:
             cancel_ms = max(message.due_ms, message.send_ms) + rng.randint(5_000, 60_000)  # after
         headers = [(c.HEADER_CANCEL, message.delay_id.encode())]
-        out.append(Intent("cancel", cancel_ms, message.delay_id, p, headers, None, None))
+        # A producer not keyed by id may write the cancel to another partition.
+        where = p if rng.random() < 0.5 else (p + 1) % PARTITIONS
+        out.append(Intent("cancel", cancel_ms, message.delay_id, where, headers, None, None))
         if rng.random() < shape.reuse_after_cancel:
             send_ms = cancel_ms + rng.randint(1, 5_000)
             again = delay(send_ms, send_ms + rng.randint(2_000, 1_800_000), message.delay_id)

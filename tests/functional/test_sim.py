@@ -26,7 +26,7 @@ SMALL = Shape(messages=80, window_ms=5 * 60_000, max_delay_ms=40 * 60_000)
 
 @cache
 def calm_run() -> tuple[Pipeline, Workload]:
-    return simulate(11, SMALL, Knobs.calm())  # a seed with timely cancels, a reschedule, a reject
+    return simulate(13, SMALL, Knobs.calm())  # a seed with timely cancels, reschedules, rejects
 
 
 def violations(pipeline: Pipeline, workload: Workload) -> list[str]:
@@ -108,11 +108,15 @@ def test_the_checker_finds_a_delivery_after_a_timely_cancel() -> None:
         for i in workload.intents
         if i.kind == "delay"
         and any(
-            j.kind == "cancel" and j.delay_id == i.delay_id and checker._early_enough(j, i.due_ms)
+            j.kind == "cancel"
+            and j.delay_id == i.delay_id
+            and j.send_ms > i.send_ms
+            and checker._early_enough(j, i.due_ms)
             for j in workload.intents
         )
     )
     headers = (
+        *((n, v) for n, v in cancelled.headers if not n.startswith(c.HEADER_PREFIX)),
         (c.HEADER_ID, cancelled.delay_id.encode()),
         (c.HEADER_DUE_MS, str(cancelled.due_ms).encode()),
         (c.HEADER_EMITTED_MS, str(cancelled.due_ms).encode()),
