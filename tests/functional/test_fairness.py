@@ -18,7 +18,7 @@ from delayq.producing import Delivery
 from delayq.queues import DelayQueue, SqsQueue
 from delayq.shaping import Shaper
 from testkit.clock import NOW_MS, no_sleep_backoff
-from testkit.events import kafka_event, kafka_record
+from testkit.events import control_headers, kafka_event, kafka_record
 from tests.functional.conftest import Pipeline
 
 LIMITS = {
@@ -47,7 +47,7 @@ def records(tenant: str, count: int, due_ms: int, first_offset: int, **control: 
             id=f"{tenant}-{i}",
             tenant=tenant,
             value=f"{tenant}-{i}".encode(),
-            **control,
+            headers=control_headers(**control),
         )
         for i in range(count)
     ]
