@@ -292,11 +292,6 @@ def test_a_pointer_to_another_message_payload_is_rejected_not_produced_nor_delet
     assert body == b"secret"
 
 
-@pytest.fixture
-def p(pipeline: Pipeline) -> Pipeline:
-    return pipeline
-
-
 def test_deliveries_are_recorded_as_one_stats_item_per_minute(p: Pipeline) -> None:
     p.emit([entry(p, NOW_MS - 250, "a"), entry(p, NOW_MS, "b")])
     p.clock.advance(60_000)  # the minute is over: the next batch writes it

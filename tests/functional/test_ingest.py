@@ -246,8 +246,3 @@ def test_key_value_and_user_headers_are_kept_byte_for_byte(p: Pipeline) -> None:
     body = json.loads(p.delayed()[0].body)
     assert base64.b64decode(body["key"]) == b"\x00\xffkey"
     assert body["headers"] == [["trace", "AP8B"], ["trace", "Ag=="]]
-
-
-@pytest.fixture
-def p(pipeline: Pipeline) -> Pipeline:
-    return pipeline
