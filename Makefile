@@ -42,7 +42,7 @@ venv: $(STAMP) ## create .venv with every pinned dependency (tests, lint, Spark)
 lint: $(STAMP) ## ruff (lint + format check) and mypy
 	$(PY) -m ruff check $(CODE)
 	$(PY) -m ruff format --check $(CODE)
-	$(PY) -m mypy layers/delayq/delayq functions bench testkit sim
+	$(PY) -m mypy layers/delayq/delayq functions bench testkit sim tests/unit tests/functional tests/template tests/conftest.py tests/factories.py
 
 format: $(STAMP) ## apply ruff format and safe fixes
 	$(PY) -m ruff format $(CODE)

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final, TextIO
 
-from bench.local import ROOT, TARGET, VALUE, percentile
+from bench.local import ROOT, TARGET, VALUE, first_per_id, percentile, wait_for
 
 BYSTANDER: Final = "steady-b"
 BYSTANDER_RATE: Final = 20.0  # messages/s due during the burst
@@ -112,9 +112,7 @@ def _phase_figures(
     bystanders: dict[str, int],
     cap: int | None,
 ) -> dict[str, Any]:
-    from bench.local import _first_per_id  # noqa: PLC0415
-
-    first = _first_per_id(seen)
+    first = first_per_id(seen)
     a = [d for d in first if d.delay_id in burst]
     b = [d for d in first if d.delay_id in bystanders]
     per_second = Counter(d.emitted_ms // 1000 for d in a)
@@ -187,7 +185,6 @@ def measure_local(options: FairnessOptions, out: TextIO) -> dict[str, Any]:
 
 
 def _measure_phase(options: FairnessOptions, phase: _Phase, out: TextIO) -> dict[str, Any]:
-    from bench.local import _wait_for  # noqa: PLC0415
     from delayq_local.kafka_mock import CONSUMER_TUNING  # noqa: PLC0415
     from delayq_local.observe import DeliveryObserver  # noqa: PLC0415
     from delayq_local.producer import DelayProducer  # noqa: PLC0415
@@ -227,7 +224,7 @@ def _measure_phase(options: FairnessOptions, phase: _Phase, out: TextIO) -> dict
             )
             drain_s = n / cap if cap else n / 100
             until = due_second + BYSTANDER_SECONDS + drain_s + 300
-            seen = _wait_for(observer, {**burst, **bystanders}, until, out)
+            seen = wait_for(observer, {**burst, **bystanders}, until, out)
             return _phase_figures(phase, seen, burst, bystanders, cap)
         finally:
             observer.stop()

@@ -173,7 +173,7 @@ def _send(
 STALL_SECONDS: Final = 240.0
 
 
-def _wait_for(
+def wait_for(
     observer: Any, ids: dict[str, int], until: float, out: TextIO, stall_s: float = STALL_SECONDS
 ) -> list[Any]:
     """Wait until every id was delivered, ``until`` passes, or nothing new arrives for
@@ -196,7 +196,8 @@ def _wait_for(
         time.sleep(0.5)
 
 
-def _first_per_id(deliveries: Sequence[Any]) -> list[Any]:
+def first_per_id(deliveries: Sequence[Any]) -> list[Any]:
+    """Each delay id's earliest delivery (a redelivered message counts once, at its first)."""
     first: dict[str, Any] = {}
     for d in deliveries:
         if d.delay_id not in first or d.emitted_ms < first[d.delay_id].emitted_ms:
@@ -213,7 +214,7 @@ def _burst(stack: Any, observer: Any, producer: Any, n: int, out: TextIO) -> dic
         f"   burst: {n} requests due in second {due_second} sent in "
         f"{sent.finished - sent.started:.1f} s; waiting\n"
     )
-    seen = _first_per_id(_wait_for(observer, sent.ids, due_second + max(900, n / 5), out))
+    seen = first_per_id(wait_for(observer, sent.ids, due_second + max(900, n / 5), out))
     due_ms = due_second * 1000
     emitted = sorted(d.emitted_ms for d in seen)
     received = sorted(d.received_ms for d in seen)
@@ -266,7 +267,7 @@ def _steady(
     sent = _send(producer, n, due_of, "steady", rate)
     last_due = max(sent.ids.values()) / 1000
     out.write(f"   steady: {n} requests at {rate:g}/s over {seconds:g} s; waiting\n")
-    seen = _first_per_id(_wait_for(observer, sent.ids, last_due + 120, out))
+    seen = first_per_id(wait_for(observer, sent.ids, last_due + 120, out))
     time.sleep(3)  # the last deletes and statistics writes
     calls = counter.snapshot()
     calls.subtract(before)

@@ -37,6 +37,12 @@ def header(name: str, value: str | bytes) -> dict[str, list[int]]:
     return {name: list(raw)}
 
 
+def control_headers(**control: str | bytes) -> list[dict[str, list[int]]]:
+    """Control headers by keyword (``target="orders.timeout"``, ``id=...``), in the order
+    given, as :func:`kafka_record` builds them: for a control header whose name is a value."""
+    return [header(CONTROL_HEADERS[k], v) for k, v in control.items()]
+
+
 def kafka_record(
     *,
     offset: int = 0,
@@ -45,14 +51,15 @@ def kafka_record(
     timestamp: int = NOW_MS,
     key: bytes | None = b"k",
     value: bytes | None = b"v",
-    headers: Sequence[Mapping[str, list[int] | None]] | None = None,
+    headers: Sequence[Mapping[str, Sequence[object] | None]] | None = None,
     **control: str | bytes,
 ) -> dict[str, Any]:
     """A Kafka event record; control headers by keyword, in the order given
     (``target="orders.timeout"``, ``seconds="30"``, ``deliver_at=...``, ``ms=...``,
     ``id=...``, ``cancel=...``, ``tenant=...``, ``priority=...``, ``reschedule=...``,
-    ``was_due=...``), then ``headers``. No ``key`` / ``value`` field when None."""
-    all_headers: list[Any] = [header(CONTROL_HEADERS[k], v) for k, v in control.items()]
+    ``was_due=...``), then ``headers`` (any JSON values, for hostile input). No ``key`` /
+    ``value`` field when None."""
+    all_headers: list[Any] = control_headers(**control)
     all_headers.extend(headers or ())
     record: dict[str, Any] = {
         "topic": topic,

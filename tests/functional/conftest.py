@@ -205,3 +205,9 @@ def pipeline(aws: AwsResources, clock: FakeClock) -> Pipeline:
         ticks=TickQueue(sqs, s.tick_queue_url, backoff),
         producer=FakeProducer(clock=clock),
     )
+
+
+@pytest.fixture
+def p(pipeline: Pipeline) -> Pipeline:
+    """The pipeline under the short name most functional tests use."""
+    return pipeline

@@ -142,8 +142,3 @@ def test_ttl_removal_is_recognised_only_from_the_service_principal() -> None:
     assert not is_ttl_removal(
         {"eventName": "REMOVE", "userIdentity": {"type": "Service", "principalId": "someone"}}
     )
-
-
-@pytest.fixture
-def p(pipeline: Pipeline) -> Pipeline:
-    return pipeline

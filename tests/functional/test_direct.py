@@ -147,8 +147,3 @@ def test_direct_deliveries_are_counted_in_the_statistics(p: Pipeline) -> None:
     ingest(p, kafka_record(offset=1, target="reminders", ms="0"))
     items = p.aws.dynamodb.scan(TableName=p.settings.table_name)["Items"]
     assert any(i["pk"]["S"].startswith("stats#") for i in items)
-
-
-@pytest.fixture
-def p(pipeline: Pipeline) -> Pipeline:
-    return pipeline

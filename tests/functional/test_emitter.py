@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from delayq.retry import Deadline
 from delayq.stats import DeliveryStats, FlushPolicy
 from testkit.clock import NOW_MS, no_sleep_backoff
 from testkit.events import kafka_event, kafka_record
-from testkit.kafka import FakeProducer
+from testkit.kafka import DeliveryCallback, FakeProducer
 from tests.factories import ClientProxy, SentEntry, client_error
 from tests.functional.conftest import Pipeline
 
@@ -291,11 +292,6 @@ def test_a_pointer_to_another_message_payload_is_rejected_not_produced_nor_delet
     assert body == b"secret"
 
 
-@pytest.fixture
-def p(pipeline: Pipeline) -> Pipeline:
-    return pipeline
-
-
 def test_deliveries_are_recorded_as_one_stats_item_per_minute(p: Pipeline) -> None:
     p.emit([entry(p, NOW_MS - 250, "a"), entry(p, NOW_MS, "b")])
     p.clock.advance(60_000)  # the minute is over: the next batch writes it
@@ -330,9 +326,17 @@ def test_offloaded_values_are_fetched_ahead_within_the_memory_budget(
             return super().submit_restore(request, deadline)
 
     class Recording(FakeProducer):
-        def produce(self, topic: str, value: bytes | None = None, **kwargs: Any) -> None:
+        def produce(
+            self,
+            topic: str,
+            value: bytes | None = None,
+            key: bytes | None = None,
+            headers: Sequence[tuple[str, bytes | None]] | None = None,
+            on_delivery: DeliveryCallback | None = None,
+            **kwargs: Any,
+        ) -> None:
             produced_bytes.append(len(value or b""))
-            super().produce(topic, value, **kwargs)
+            super().produce(topic, value, key, headers, on_delivery, **kwargs)
 
     p.payloads = Counting(p.aws.s3, p.settings.payload_bucket, no_sleep_backoff())
     p.producer = Recording(clock=p.clock)

@@ -23,7 +23,8 @@ from tests.functional.conftest import Pipeline
 
 
 @pytest.fixture
-def p(pipeline: Pipeline) -> Pipeline:
+def orders_only(pipeline: Pipeline) -> Pipeline:
+    """The pipeline with only ``orders.*`` allowed as targets."""
     pipeline.settings = pipeline.settings.with_overrides(allowed_targets=("orders.*",))
     return pipeline
 
@@ -71,17 +72,17 @@ def requeued_ids(p: Pipeline) -> list[list[str]]:
     return [[e.request.delay_id for e in decode_body(x.body) if e.request] for x in p.delayed()]
 
 
-def test_every_message_of_a_bundle_is_delivered_with_its_own_bytes(p: Pipeline) -> None:
-    result = emit(p, [bundle(p, *(request(f"b-{i}") for i in range(5)))])
+def test_every_message_of_a_bundle_is_delivered_with_its_own_bytes(orders_only: Pipeline) -> None:
+    result = emit(orders_only, [bundle(orders_only, *(request(f"b-{i}") for i in range(5)))])
     assert (result.failed, len(result.deliveries)) == ([], 5)
-    assert produced_ids(p) == [f"b-{i}" for i in range(5)]
-    assert [o.value for o in p.producer.produced] == [f"b-{i}".encode() for i in range(5)]
+    assert produced_ids(orders_only) == [f"b-{i}" for i in range(5)]
+    assert [o.value for o in orders_only.producer.produced] == [f"b-{i}".encode() for i in range(5)]
 
 
 def test_bad_cancelled_and_forged_entries_are_handled_alone_and_the_rest_goes_on(
-    p: Pipeline,
+    orders_only: Pipeline,
 ) -> None:
-    p.ingest(kafka_event(kafka_record(cancel="cancelled")))
+    orders_only.ingest(kafka_event(kafka_record(cancel="cancelled")))
     theirs = payload_key(request("theirs"))
     forged = DelayRequest(
         "forged",
@@ -91,11 +92,11 @@ def test_bad_cancelled_and_forged_entries_are_handled_alone_and_the_rest_goes_on
         None,
         (),
         "t-0-1",
-        f"s3://{p.settings.payload_bucket}/{theirs}",
+        f"s3://{orders_only.settings.payload_bucket}/{theirs}",
     )
     not_ours = '{"v":1,"id":"x"}'
     body = bundle(
-        p,
+        orders_only,
         request("ok-1"),
         not_ours,
         request("off", target="payments.capture"),
@@ -104,11 +105,11 @@ def test_bad_cancelled_and_forged_entries_are_handled_alone_and_the_rest_goes_on
         request("ok-2"),
     )
 
-    result = emit(p, [body])
+    result = emit(orders_only, [body])
 
     assert (result.failed, result.rejected, result.cancelled) == ([], 3, 1)
-    assert produced_ids(p) == ["ok-1", "ok-2"]
-    rejects = p.aws.bodies(p.settings.reject_queue_url)
+    assert produced_ids(orders_only) == ["ok-1", "ok-2"]
+    rejects = orders_only.aws.bodies(orders_only.settings.reject_queue_url)
     assert Counter(r["reason"] for r in rejects) == {"bad-envelope": 2, "target-not-allowed": 1}
     bodies = {r["record"]["body"] for r in rejects}
     # Each reject keeps its entry as a body of its own, as it came.
@@ -117,42 +118,50 @@ def test_bad_cancelled_and_forged_entries_are_handled_alone_and_the_rest_goes_on
         Envelope(request("off", target="payments.capture")).encode(),
         Envelope(forged).encode(),
     }
-    assert p.delayed() == []
+    assert orders_only.delayed() == []
 
 
-def test_each_message_is_held_to_its_own_due_never_earlier(p: Pipeline) -> None:
+def test_each_message_is_held_to_its_own_due_never_earlier(orders_only: Pipeline) -> None:
     dues = [NOW_MS + 900, NOW_MS + 100, NOW_MS + 2_500, NOW_MS - 40]
-    result = emit(p, [bundle(p, *(request(f"d-{i}", d) for i, d in enumerate(dues)))])
-    assert p.producer.produced_at == sorted(max(d, NOW_MS) for d in dues)
+    result = emit(
+        orders_only, [bundle(orders_only, *(request(f"d-{i}", d) for i, d in enumerate(dues)))]
+    )
+    assert orders_only.producer.produced_at == sorted(max(d, NOW_MS) for d in dues)
     assert [d.lateness_ms for d in result.deliveries] == [40, 0, 0, 0]
 
 
 def test_a_bundle_too_early_to_hold_is_hidden_again_whole_and_rejects_nothing_yet(
-    p: Pipeline,
+    orders_only: Pipeline,
 ) -> None:
-    p.aws.sqs.send_message(QueueUrl=p.settings.delay_queue_url, MessageBody="x")
-    [msg] = p.aws.sqs.receive_message(QueueUrl=p.settings.delay_queue_url)["Messages"]
-    early = bundle(p, request("e-1", NOW_MS + 60_000), "{}", request("e-2", NOW_MS + 61_000))
+    orders_only.aws.sqs.send_message(QueueUrl=orders_only.settings.delay_queue_url, MessageBody="x")
+    [msg] = orders_only.aws.sqs.receive_message(QueueUrl=orders_only.settings.delay_queue_url)[
+        "Messages"
+    ]
+    early = bundle(
+        orders_only, request("e-1", NOW_MS + 60_000), "{}", request("e-2", NOW_MS + 61_000)
+    )
 
-    result = emit(p, [early], receipt_handles=[msg["ReceiptHandle"]])
+    result = emit(orders_only, [early], receipt_handles=[msg["ReceiptHandle"]])
 
     assert (len(result.failed), result.redelayed, result.rejected) == (1, 3, 0)
-    assert (p.producer.produced, p.clock.slept) == ([], [])
-    assert p.aws.bodies(p.settings.reject_queue_url) == []
+    assert (orders_only.producer.produced, orders_only.clock.slept) == ([], [])
+    assert orders_only.aws.bodies(orders_only.settings.reject_queue_url) == []
 
 
-def test_a_message_too_early_in_a_due_bundle_goes_back_alone(p: Pipeline) -> None:
-    result = emit(p, [bundle(p, request("now"), request("later", NOW_MS + 30_000))])
-    assert (result.failed, result.requeued, produced_ids(p)) == ([], 1, ["now"])
-    [back] = p.delayed()
-    assert (requeued_ids(p), back.delay_seconds) == ([["later"]], 28)
+def test_a_message_too_early_in_a_due_bundle_goes_back_alone(orders_only: Pipeline) -> None:
+    result = emit(
+        orders_only, [bundle(orders_only, request("now"), request("later", NOW_MS + 30_000))]
+    )
+    assert (result.failed, result.requeued, produced_ids(orders_only)) == ([], 1, ["now"])
+    [back] = orders_only.delayed()
+    assert (requeued_ids(orders_only), back.delay_seconds) == ([["later"]], 28)
 
 
-def test_a_partial_kafka_failure_sends_back_only_the_failed_messages(p: Pipeline) -> None:
-    p.producer = FakeProducer(fail_topics={"orders.lost"}, clock=p.clock)
+def test_a_partial_kafka_failure_sends_back_only_the_failed_messages(orders_only: Pipeline) -> None:
+    orders_only.producer = FakeProducer(fail_topics={"orders.lost"}, clock=orders_only.clock)
     batch = [
         bundle(
-            p,
+            orders_only,
             request("ok-1"),
             request("lost-1", target="orders.lost"),
             request("ok-2"),
@@ -160,99 +169,118 @@ def test_a_partial_kafka_failure_sends_back_only_the_failed_messages(p: Pipeline
         )
     ]
 
-    result = emit(p, batch)
+    result = emit(orders_only, batch)
 
     assert (result.failed, result.requeued, len(result.deliveries)) == ([], 2, 2)
     assert sum("target-refused" in e for e in result.errors) == 2
-    assert requeued_ids(p) == [["lost-1", "lost-2"]]
-    assert p.delayed()[0].delay_seconds == 2  # the first refusal's back-off
+    assert requeued_ids(orders_only) == [["lost-1", "lost-2"]]
+    assert orders_only.delayed()[0].delay_seconds == 2  # the first refusal's back-off
 
     # Kafka takes them now: the re-queued bundle delivers the rest, and nothing twice.
-    p.producer = FakeProducer(clock=p.clock)
-    assert emit(p, p.delayed()).failed == []
-    assert sorted(produced_ids(p)) == ["lost-1", "lost-2"]
+    orders_only.producer = FakeProducer(clock=orders_only.clock)
+    assert emit(orders_only, orders_only.delayed()).failed == []
+    assert sorted(produced_ids(orders_only)) == ["lost-1", "lost-2"]
 
 
-def test_a_bundle_whose_every_message_failed_goes_back_as_a_new_message(p: Pipeline) -> None:
+def test_a_bundle_whose_every_message_failed_goes_back_as_a_new_message(
+    orders_only: Pipeline,
+) -> None:
     # Its attempts travel in the envelopes (not in SQS's receive count, which a re-queue
     # resets): a refused message is dead-lettered at its own limit whatever happened to it.
-    p.producer = FakeProducer(fail_topics={"orders.lost"}, clock=p.clock)
-    batch = [bundle(p, request("a", target="orders.lost"), request("b", target="orders.lost"))]
-    result = emit(p, batch)
+    orders_only.producer = FakeProducer(fail_topics={"orders.lost"}, clock=orders_only.clock)
+    batch = [
+        bundle(orders_only, request("a", target="orders.lost"), request("b", target="orders.lost"))
+    ]
+    result = emit(orders_only, batch)
     assert (result.failed, result.requeued) == ([], 2)
     assert [
-        [e.request.attempts for e in decode_body(x.body) if e.request] for x in p.delayed()
+        [e.request.attempts for e in decode_body(x.body) if e.request]
+        for x in orders_only.delayed()
     ] == [[1, 1]]
 
 
-def test_a_payload_that_cannot_be_read_goes_back_alone_as_it_came(p: Pipeline) -> None:
+def test_a_payload_that_cannot_be_read_goes_back_alone_as_it_came(orders_only: Pipeline) -> None:
     def get_object(**_: Any) -> Any:
         raise client_error("InternalError", status=500)
 
-    p.payloads = PayloadStore(
-        ClientProxy(p.aws.s3, get_object=get_object), p.settings.payload_bucket, no_sleep_backoff()
+    orders_only.payloads = PayloadStore(
+        ClientProxy(orders_only.aws.s3, get_object=get_object),
+        orders_only.settings.payload_bucket,
+        no_sleep_backoff(),
     )
-    ref = f"s3://{p.settings.payload_bucket}/{payload_key(request('gone'))}"
+    ref = f"s3://{orders_only.settings.payload_bucket}/{payload_key(request('gone'))}"
     gone = DelayRequest("gone", "orders.timeout", NOW_MS, None, None, (), "t-0-1", ref)
-    result = emit(p, [bundle(p, request("ok"), gone)])
-    assert (result.failed, result.requeued, produced_ids(p)) == ([], 1, ["ok"])
+    result = emit(orders_only, [bundle(orders_only, request("ok"), gone)])
+    assert (result.failed, result.requeued, produced_ids(orders_only)) == ([], 1, ["ok"])
     # It goes back as it came: a pointer, not a value.
-    [[entry]] = [decode_body(x.body) for x in p.delayed()]
+    [[entry]] = [decode_body(x.body) for x in orders_only.delayed()]
     assert entry.text == Envelope(gone).encode()
 
 
-def test_when_sending_back_fails_the_original_is_reported_failed(p: Pipeline) -> None:
-    p.producer = FakeProducer(fail_topics={"orders.lost"}, clock=p.clock)
+def test_when_sending_back_fails_the_original_is_reported_failed(orders_only: Pipeline) -> None:
+    orders_only.producer = FakeProducer(fail_topics={"orders.lost"}, clock=orders_only.clock)
 
     def refuse(**_: Any) -> Any:
         raise client_error("AccessDenied", status=403, operation="SendMessageBatch")
 
     refusing = SqsQueue(
-        ClientProxy(p.aws.sqs, send_message_batch=refuse),
-        p.settings.delay_queue_url,
+        ClientProxy(orders_only.aws.sqs, send_message_batch=refuse),
+        orders_only.settings.delay_queue_url,
         no_sleep_backoff(),
     )
-    batch = [bundle(p, request("ok"), request("lost", target="orders.lost"))]
-    result = emit(p, batch, delay_queue=refusing)
+    batch = [bundle(orders_only, request("ok"), request("lost", target="orders.lost"))]
+    result = emit(orders_only, batch, delay_queue=refusing)
     # Reported failed: SQS delivers the bundle again, and "ok" a second time (same delay-id).
     # The back-off follows the receive count (2 s at the first receive).
-    assert (len(result.failed), result.requeued, produced_ids(p)) == (1, 0, ["ok"])
+    assert (len(result.failed), result.requeued, produced_ids(orders_only)) == (1, 0, ["ok"])
     assert any("sending undelivered messages back failed" in e for e in result.errors)
 
 
-def test_what_the_deadline_leaves_unproduced_goes_back_to_the_queue(p: Pipeline) -> None:
+def test_what_the_deadline_leaves_unproduced_goes_back_to_the_queue(orders_only: Pipeline) -> None:
     # 13 s left: the flush (10 s) and 2 s of reserve leave 1 s to hold and produce.
     end_ms = NOW_MS + 13_000
-    deadline = Deadline(lambda: end_ms - p.clock(), safety_ms=0)
+    deadline = Deadline(lambda: end_ms - orders_only.clock(), safety_ms=0)
     dues = [NOW_MS, NOW_MS + 500, NOW_MS + 2_000, NOW_MS + 2_500]
     result = emit(
-        p, [bundle(p, *(request(f"d-{i}", d) for i, d in enumerate(dues)))], deadline=deadline
+        orders_only,
+        [bundle(orders_only, *(request(f"d-{i}", d) for i, d in enumerate(dues)))],
+        deadline=deadline,
     )
-    assert (result.failed, produced_ids(p), result.requeued) == ([], ["d-0", "d-1"], 2)
-    assert requeued_ids(p) == [["d-2", "d-3"]]
-    assert all(at >= due for at, due in zip(p.producer.produced_at, dues, strict=False))
+    assert (result.failed, produced_ids(orders_only), result.requeued) == ([], ["d-0", "d-1"], 2)
+    assert requeued_ids(orders_only) == [["d-2", "d-3"]]
+    assert all(at >= due for at, due in zip(orders_only.producer.produced_at, dues, strict=False))
 
 
 def test_a_reject_queue_failure_sends_the_rejected_entry_back_with_the_bundle_done(
-    p: Pipeline,
+    orders_only: Pipeline,
 ) -> None:
     def refuse(**_: Any) -> Any:
         raise client_error("AccessDenied", status=403, operation="SendMessageBatch")
 
-    p.rejects.queue = SqsQueue(
-        ClientProxy(p.aws.sqs, send_message_batch=refuse),
-        p.settings.reject_queue_url,
+    orders_only.rejects.queue = SqsQueue(
+        ClientProxy(orders_only.aws.sqs, send_message_batch=refuse),
+        orders_only.settings.reject_queue_url,
         no_sleep_backoff(),
     )
-    result = emit(p, [bundle(p, request("ok"), request("off", target="payments.capture"))])
-    assert (result.failed, result.rejected, result.requeued, produced_ids(p)) == ([], 0, 1, ["ok"])
-    [[entry]] = [decode_body(x.body) for x in p.delayed()]
+    result = emit(
+        orders_only, [bundle(orders_only, request("ok"), request("off", target="payments.capture"))]
+    )
+    assert (result.failed, result.rejected, result.requeued, produced_ids(orders_only)) == (
+        [],
+        0,
+        1,
+        ["ok"],
+    )
+    [[entry]] = [decode_body(x.body) for x in orders_only.delayed()]
     assert json.loads(entry.text)["id"] == "off"
 
 
-def test_version_1_and_bundles_mix_in_one_batch(p: Pipeline) -> None:
+def test_version_1_and_bundles_mix_in_one_batch(orders_only: Pipeline) -> None:
     single = SentEntry(
-        p.settings.delay_queue_url, Envelope(request("single")).encode(), 0, p.clock()
+        orders_only.settings.delay_queue_url,
+        Envelope(request("single")).encode(),
+        0,
+        orders_only.clock(),
     )
-    result = emit(p, [single, bundle(p, request("b-1"), request("b-2"))])
-    assert (result.failed, sorted(produced_ids(p))) == ([], ["b-1", "b-2", "single"])
+    result = emit(orders_only, [single, bundle(orders_only, request("b-1"), request("b-2"))])
+    assert (result.failed, sorted(produced_ids(orders_only))) == ([], ["b-1", "b-2", "single"])

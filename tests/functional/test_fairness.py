@@ -18,7 +18,7 @@ from delayq.producing import Delivery
 from delayq.queues import DelayQueue, SqsQueue
 from delayq.shaping import Shaper
 from testkit.clock import NOW_MS, no_sleep_backoff
-from testkit.events import kafka_event, kafka_record
+from testkit.events import control_headers, kafka_event, kafka_record
 from tests.functional.conftest import Pipeline
 
 LIMITS = {
@@ -30,7 +30,8 @@ DUE_MS = NOW_MS + 90_000 + 400  # within the look-ahead: ingest queues it at onc
 
 
 @pytest.fixture
-def p(pipeline: Pipeline) -> Pipeline:
+def limited(pipeline: Pipeline) -> Pipeline:
+    """The pipeline with the tenant limits of LIMITS (and a watermark just behind now)."""
     settings = pipeline.settings.with_overrides(tenant_limits=json.dumps(LIMITS))
     pipeline.set_watermark(NOW_MS // 1000 - 1)
     return dataclasses.replace(
@@ -47,7 +48,7 @@ def records(tenant: str, count: int, due_ms: int, first_offset: int, **control: 
             id=f"{tenant}-{i}",
             tenant=tenant,
             value=f"{tenant}-{i}".encode(),
-            **control,
+            headers=control_headers(**control),
         )
         for i in range(count)
     ]
@@ -60,7 +61,7 @@ def deliveries_by_tenant(deliveries: list[Delivery]) -> dict[str, list[Delivery]
     return out
 
 
-def test_a_capped_burst_keeps_its_cap_and_the_bystanders_keep_their_time(p: Pipeline) -> None:
+def test_a_capped_burst_keeps_its_cap_and_the_bystanders_keep_their_time(limited: Pipeline) -> None:
     burst = records("bulk", 200, DUE_MS, 0)
     bystanders = [
         kafka_record(
@@ -72,10 +73,10 @@ def test_a_capped_burst_keeps_its_cap_and_the_bystanders_keep_their_time(p: Pipe
         )
         for i in range(20)
     ]
-    ingested = p.ingest(kafka_event(*burst, *bystanders))
+    ingested = limited.ingest(kafka_event(*burst, *bystanders))
     assert ingested.rejected == []
     assert ingested.capped == 160
-    delivered = p.deliver_released()
+    delivered = limited.deliver_released()
     by_tenant = deliveries_by_tenant(delivered.deliveries)
     assert len(by_tenant["bulk"]) == 200
     assert len(by_tenant["steady"]) == 20
@@ -91,11 +92,11 @@ def test_a_capped_burst_keeps_its_cap_and_the_bystanders_keep_their_time(p: Pipe
     assert all(d.emitted_ms == d.due_ms and d.cap_delay_ms == 0 for d in by_tenant["steady"])
 
 
-def test_a_capped_message_says_when_it_was_released(p: Pipeline) -> None:
-    p.ingest(kafka_event(*records("bulk", 41, DUE_MS, 0)))
-    p.deliver_released()
+def test_a_capped_message_says_when_it_was_released(limited: Pipeline) -> None:
+    limited.ingest(kafka_event(*records("bulk", 41, DUE_MS, 0)))
+    limited.deliver_released()
     released = {
-        o.header("delay-id"): o.headers for o in p.producer.produced if o.topic == "reminders"
+        o.header("delay-id"): o.headers for o in limited.producer.produced if o.topic == "reminders"
     }
     last = dict(released[b"bulk-40"])
     assert int(last[c.HEADER_RELEASE_MS] or b"0") == (DUE_MS // 1000 + 1) * 1000
@@ -103,40 +104,40 @@ def test_a_capped_message_says_when_it_was_released(p: Pipeline) -> None:
     assert c.HEADER_RELEASE_MS not in dict(released[b"bulk-0"])
 
 
-def test_a_capped_burst_beyond_the_look_ahead_is_stored_by_its_release(p: Pipeline) -> None:
+def test_a_capped_burst_beyond_the_look_ahead_is_stored_by_its_release(limited: Pipeline) -> None:
     due_ms = NOW_MS + 3_600_000 + 400
-    p.ingest(kafka_event(*records("bulk", 90, due_ms, 0)))
-    assert p.delayed() == []
-    p.pass_empty_seconds()
+    limited.ingest(kafka_event(*records("bulk", 90, due_ms, 0)))
+    assert limited.delayed() == []
+    limited.pass_empty_seconds()
     # The scheduler's window reaches the last release second.
-    p.clock.now_ms = due_ms - p.settings.lookahead_seconds * 1000 + 3000
-    while p.schedule().sent:
+    limited.clock.now_ms = due_ms - limited.settings.lookahead_seconds * 1000 + 3000
+    while limited.schedule().sent:
         pass
-    queued = [x.request for e in p.delayed() for x in decode_body(e.body) if x.request]
+    queued = [x.request for e in limited.delayed() for x in decode_body(e.body) if x.request]
     assert len(queued) == 90
     assert Counter(r.release_at_ms // 1000 for r in queued) == {
         due_ms // 1000: 40,
         due_ms // 1000 + 1: 40,
         due_ms // 1000 + 2: 10,
     }
-    delivered = p.deliver_released()
+    delivered = limited.deliver_released()
     assert len(delivered.deliveries) == 90
     assert all(d.emitted_ms >= max(d.due_ms, d.release_ms) for d in delivered.deliveries)
 
 
 def test_over_its_quota_a_tenant_is_rejected_with_its_bytes_and_the_batch_goes_on(
-    p: Pipeline,
+    limited: Pipeline,
 ) -> None:
     noisy = records("noisy", 5, DUE_MS, 0)
     others = records("steady", 2, DUE_MS, 100)
-    result = p.ingest(kafka_event(*noisy, *others))
+    result = limited.ingest(kafka_event(*noisy, *others))
     assert [r.reason for r in result.rejected] == [Reason.QUOTA_EXCEEDED] * 2
-    rejects = p.aws.bodies(p.settings.reject_queue_url)
+    rejects = limited.aws.bodies(limited.settings.reject_queue_url)
     assert sorted(r["source"]["offset"] for r in rejects) == [3, 4]
     assert {r["reason"] for r in rejects} == {"quota-exceeded"}
     assert rejects[0]["detail"] == "tenant 'noisy' is over its ingest quota of 3 messages/s"
     assert {base64.b64decode(r["record"]["value"]) for r in rejects} == {b"noisy-3", b"noisy-4"}
-    delivered = p.deliver_released()
+    delivered = limited.deliver_released()
     assert sorted(d.delay_id for d in delivered.deliveries) == [
         "noisy-0",
         "noisy-1",
@@ -147,11 +148,11 @@ def test_over_its_quota_a_tenant_is_rejected_with_its_bytes_and_the_batch_goes_o
 
 
 def test_over_its_quota_a_deferring_tenant_is_accepted_and_released_at_the_quota_rate(
-    p: Pipeline,
+    limited: Pipeline,
 ) -> None:
-    result = p.ingest(kafka_event(*records("patient", 6, DUE_MS, 0)))
+    result = limited.ingest(kafka_event(*records("patient", 6, DUE_MS, 0)))
     assert (result.rejected, result.deferred) == ([], 4)
-    delivered = p.deliver_released()
+    delivered = limited.deliver_released()
     assert len(delivered.deliveries) == 6
     assert all(d.emitted_ms >= d.due_ms for d in delivered.deliveries)
     seconds = Counter(d.emitted_ms // 1000 for d in delivered.deliveries)
@@ -159,22 +160,22 @@ def test_over_its_quota_a_deferring_tenant_is_accepted_and_released_at_the_quota
 
 
 @pytest.fixture
-def classes(p: Pipeline) -> Pipeline:
+def classes(limited: Pipeline) -> Pipeline:
     """The pipeline with a delay queue per priority class, as the template declares them."""
     urls = {
-        priority: p.aws.sqs.create_queue(QueueName=f"delayq-delay-{priority}")["QueueUrl"]
+        priority: limited.aws.sqs.create_queue(QueueName=f"delayq-delay-{priority}")["QueueUrl"]
         for priority in (c.PRIORITY_HIGH, c.PRIORITY_LOW)
     }
-    settings = p.settings.with_overrides(
+    settings = limited.settings.with_overrides(
         delay_queue_high_url=urls[c.PRIORITY_HIGH], delay_queue_low_url=urls[c.PRIORITY_LOW]
     )
     backoff = no_sleep_backoff()
     queue = DelayQueue(
-        SqsQueue(p.sqs, settings.delay_queue_url, backoff),
+        SqsQueue(limited.sqs, settings.delay_queue_url, backoff),
         settings.emit_lead_ms,
-        by_priority={k: SqsQueue(p.sqs, u, backoff) for k, u in urls.items()},
+        by_priority={k: SqsQueue(limited.sqs, u, backoff) for k, u in urls.items()},
     )
-    return dataclasses.replace(p, settings=settings, delay_queue=queue)
+    return dataclasses.replace(limited, settings=settings, delay_queue=queue)
 
 
 def queued_in(p: Pipeline, url: str) -> list[str]:

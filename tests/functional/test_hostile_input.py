@@ -31,7 +31,7 @@ from delayq.exceptions import MalformedEventError
 from delayq.payloads import parse_ref
 from delayq.store import request_from_item
 from testkit.clock import NOW_MS
-from testkit.events import kafka_event, kafka_record
+from testkit.events import control_headers, kafka_event, kafka_record
 from testkit.kafka import FakeProducer
 from tests.factories import SentEntry
 from tests.functional.conftest import Pipeline
@@ -942,7 +942,12 @@ def test_an_id_too_long_for_the_store_is_bad_id_and_the_batch_goes_on(
     hp: Pipeline, control: str
 ) -> None:
     long_id = EMOJI * 300  # 300 characters, 1,200 bytes
-    bad = kafka_record(offset=1, target="reminders", seconds="3600", **{control: long_id})
+    bad = kafka_record(
+        offset=1,
+        target="reminders",
+        seconds="3600",
+        headers=control_headers(**{control: long_id}),
+    )
     result = hp.ingest(kafka_event(bad, kafka_record(offset=2, target="reminders", seconds="1")))
     assert result.queued == 1
     assert [str(r.reason) for r in result.rejected] == ["bad-id"]

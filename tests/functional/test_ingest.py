@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import Any
 
 import pytest
 
@@ -15,8 +16,8 @@ from testkit.events import kafka_event, kafka_record
 from tests.functional.conftest import Pipeline
 
 
-def stored_items(p: Pipeline) -> list[dict[str, object]]:
-    """The stored messages (not the watermark and markers beside them)."""
+def stored_items(p: Pipeline) -> list[dict[str, Any]]:
+    """The stored messages (not the watermark and markers beside them), as DynamoDB JSON."""
     items = p.aws.dynamodb.scan(TableName=p.settings.table_name)["Items"]
     return [i for i in items if i.get("kind", {}).get("S") == "msg"]
 
@@ -108,9 +109,9 @@ def test_a_record_the_parser_fails_on_is_rejected_whole_and_the_rest_goes_on(
 ) -> None:
     # One record must never block its partition: a bug in the parser becomes a reject with
     # the original record, not a failed batch retried until the topic's retention.
-    from delayq import ingest
+    from delayq import contract, ingest
 
-    real = ingest.parse_record
+    real = contract.parse_record  # the function ingest imported
 
     def parse(record: dict[str, object], *args: object) -> object:
         if record["offset"] == 2:
@@ -245,8 +246,3 @@ def test_key_value_and_user_headers_are_kept_byte_for_byte(p: Pipeline) -> None:
     body = json.loads(p.delayed()[0].body)
     assert base64.b64decode(body["key"]) == b"\x00\xffkey"
     assert body["headers"] == [["trace", "AP8B"], ["trace", "Ag=="]]
-
-
-@pytest.fixture
-def p(pipeline: Pipeline) -> Pipeline:
-    return pipeline

@@ -34,11 +34,6 @@ DLQ = RedriveSource.DELAY_DLQ
 REJECTS = RedriveSource.REJECTS
 
 
-@pytest.fixture
-def p(pipeline: Pipeline) -> Pipeline:
-    return pipeline
-
-
 def services(p: Pipeline, **overrides: Any) -> RedriveServices:
     ingest = IngestServices(p.store, p.delay_queue, p.rejects, p.payloads)
     return RedriveServices(

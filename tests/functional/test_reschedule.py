@@ -22,11 +22,6 @@ LATER_MS = NOW_MS + 2400_000
 EARLIER_MS = NOW_MS + 600_000
 
 
-@pytest.fixture
-def p(pipeline: Pipeline) -> Pipeline:
-    return pipeline
-
-
 def ingest(p: Pipeline, *records: dict[str, Any], direct: bool = False) -> IngestResult:
     """One ingest batch (with the direct path when ``direct``)."""
     return p.ingest(kafka_event(*records), direct=direct)

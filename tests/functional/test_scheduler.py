@@ -212,11 +212,6 @@ def test_the_timer_sends_one_tick_per_period(p: Pipeline) -> None:
     assert json.loads(got[0]["Body"])["tick"] == buckets.tick_index(NOW_MS, 60)
 
 
-@pytest.fixture
-def p(pipeline: Pipeline) -> Pipeline:
-    return pipeline
-
-
 # --- AWS's weak semantics: TTL lag, the first run, the ingest guard ----------------------------
 
 

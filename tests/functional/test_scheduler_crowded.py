@@ -222,8 +222,3 @@ def test_missed_ticks_with_a_crowded_second_are_caught_up_over_several_runs(
     assert sent(p) == Counter({f"c-{i:03}": 1 for i in range(40)} | {"before": 1, "after": 1})
     assert result.lag_seconds == 0
     assert p.schedule().sent == 0  # and the next tick is a no-op
-
-
-@pytest.fixture
-def p(pipeline: Pipeline) -> Pipeline:
-    return pipeline

@@ -33,11 +33,6 @@ ENV_USERNAME = "user-from-the-environment"
 SECRET = {"username": "delayq-emitter", "password": "password-from-secrets-manager"}
 
 
-@pytest.fixture
-def p(pipeline: Pipeline) -> Pipeline:
-    return pipeline
-
-
 # --- the allow-list at ingest --------------------------------------------------------------
 
 # The pipeline allows "orders.*" and "reminders": exact names and fnmatch patterns, case-sensitive.

@@ -15,13 +15,14 @@ from delayq.contract import Envelope, encode_bundle
 from testkit.clock import NOW_MS
 from testkit.kafka import FakeProducer, ProducedRecord
 
+EMITTER_BATCH_SIZE = 10
 TINY = cpu.CpuSettings(
     ingest_batches=2,
     ingest_batch_size=50,
     scheduler_seconds=1,
     scheduler_per_second=20,
     emitter_batches=2,
-    emitter_batch_size=10,
+    emitter_batch_size=EMITTER_BATCH_SIZE,
     repeats=1,
 )
 
@@ -70,7 +71,7 @@ def test_emitter_floor_produces_the_records_the_handler_produces() -> None:
     produced = floor.emitter_floor(
         events, producer, lambda: NOW_MS, lambda err, msg: acknowledged.append(msg)
     )
-    assert produced == delivered == TINY.emitter_batches * TINY.emitter_batch_size
+    assert produced == delivered == TINY.emitter_batches * EMITTER_BATCH_SIZE
     assert len(producer.produced) == len(pipeline.producer.produced) == produced
     assert producer.produced == pipeline.producer.produced  # same topic, key, value, headers
     assert len(acknowledged) == produced

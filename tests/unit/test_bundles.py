@@ -45,8 +45,18 @@ class AcceptingSqs:
         return [e for batch in self.batches for e in batch]
 
 
-def delay_queue(sqs: AcceptingSqs, **caps: int) -> DelayQueue:
-    return DelayQueue(SqsQueue(sqs, "https://sqs/delay", no_sleep_backoff()), 1000, **caps)
+def delay_queue(
+    sqs: AcceptingSqs,
+    *,
+    bundle_max_bytes: int = c.DEFAULT_BUNDLE_MAX_BYTES,
+    bundle_max_messages: int = c.DEFAULT_BUNDLE_MAX_MESSAGES,
+) -> DelayQueue:
+    return DelayQueue(
+        SqsQueue(sqs, "https://sqs/delay", no_sleep_backoff()),
+        1000,
+        bundle_max_bytes=bundle_max_bytes,
+        bundle_max_messages=bundle_max_messages,
+    )
 
 
 def requests_at(n: int, due_ms: int, prefix: str = "m", value: bytes = b"v") -> list[Any]:

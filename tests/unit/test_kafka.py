@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -31,7 +31,7 @@ from delayq.kafka import (
     scram_credentials,
 )
 from delayq.settings import Settings
-from testkit.kafka import CapturedProducer, FakeProducer
+from testkit.kafka import CapturedProducer, DeliveryCallback, FakeProducer
 from tests.factories import REGION
 
 SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:delayq-kafka"
@@ -229,13 +229,14 @@ class FullOnce(FakeProducer):
         topic: str,
         value: bytes | None = None,
         key: bytes | None = None,
-        headers: list[tuple[str, bytes | None]] | None = None,
-        on_delivery: Any = None,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
+        on_delivery: DeliveryCallback | None = None,
+        **kwargs: Any,
     ) -> None:
         if self.full:
             self.full = False
             raise BufferError("Local: Queue full")
-        super().produce(topic, value, key, headers, on_delivery)
+        super().produce(topic, value, key, headers, on_delivery, **kwargs)
 
     def poll(self, timeout: float = 0) -> int:
         self.polls.append(timeout)
@@ -375,7 +376,8 @@ class FatalOnce(FakeProducer):
     def flush(self, timeout: float = 0) -> int:
         pending, self._pending = self._pending, []
         for callback, _ in pending:
-            callback(KafkaError(KafkaError._FATAL, fatal=True), None)
+            if callback:
+                callback(KafkaError(KafkaError._FATAL, fatal=True), None)
         return 0
 
 
@@ -488,7 +490,7 @@ def test_librdkafka_takes_the_largest_record_ingest_accepts(max_payload: int) ->
     config = {**producer_config(settings), "bootstrap.servers": "127.0.0.1:1"}
     producer = confluent_kafka.Producer(config)
     record = largest_accepted_record(settings)
-    producer.produce(record.topic, value=record.value, key=record.key, headers=record.headers)
+    producer.produce(record.topic, value=record.value, key=record.key, headers=list(record.headers))
     producer.purge()
 
 
@@ -500,5 +502,7 @@ def test_librdkafkas_default_limit_would_refuse_a_1_mib_value() -> None:
     producer = confluent_kafka.Producer(config)
     record = largest_accepted_record(settings)
     with pytest.raises(confluent_kafka.KafkaException) as caught:
-        producer.produce(record.topic, value=record.value, key=record.key, headers=record.headers)
+        producer.produce(
+            record.topic, value=record.value, key=record.key, headers=list(record.headers)
+        )
     assert caught.value.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE

@@ -4,6 +4,7 @@ import them."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -52,7 +53,7 @@ def test_the_demo_command_imports_no_spark_and_no_tool() -> None:
 def test_the_reports_say_how_to_install_spark_when_it_is_missing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(local_reports.importlib.util, "find_spec", lambda _name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda _name: None)  # as reports calls it
 
     with pytest.raises(LocalStackError, match="make venv"):
         local_reports.require_spark()

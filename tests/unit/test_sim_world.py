@@ -130,7 +130,12 @@ def test_each_call_costs_a_latency_from_the_knobs() -> None:
 @pytest.mark.parametrize("knob", ["crash_before_call", "crash_after_call"])
 def test_a_crash_kills_the_invocation_before_or_after_the_call_took_effect(knob: str) -> None:
     w = world()
-    inner, client, url = sqs(w, replace(CALM, **{knob: 1.0}))
+    crash = (
+        replace(CALM, crash_before_call=1.0)
+        if knob == "crash_before_call"
+        else replace(CALM, crash_after_call=1.0)
+    )
+    inner, client, url = sqs(w, crash)
     died: list[bool] = []
 
     def run(_: Invocation) -> None:

@@ -265,7 +265,9 @@ def test_capacity_units_follow_the_documented_rules() -> None:
 def test_sqs_batches_errors_and_deletes_match_moto(both_sqs: tuple[Any, FakeSqs]) -> None:
     real, fake = both_sqs
     urls = [c.create_queue(QueueName="bench-q")["QueueUrl"] for c in (real, fake)]
-    entries = [{"Id": str(i), "MessageBody": f"m{i}", "DelaySeconds": 0} for i in range(10)]
+    entries: list[dict[str, Any]] = [  # SendMessageBatch's request JSON
+        {"Id": str(i), "MessageBody": f"m{i}", "DelaySeconds": 0} for i in range(10)
+    ]
     for client, url in zip((real, fake), urls, strict=True):
         sent = client.send_message_batch(QueueUrl=url, Entries=entries)
         assert sorted(s["Id"] for s in sent["Successful"]) == sorted(e["Id"] for e in entries)
