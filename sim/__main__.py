@@ -88,7 +88,7 @@ def _progress(result: RunResult, summary: Summary, total: int) -> None:
 
 
 def _explain(result: RunResult, args: argparse.Namespace) -> None:
-    command = f"python -m sim --seeds {result.seed} --workers 1"
+    command = f".venv/bin/python -m sim --seeds {result.seed} --workers 1"
     if args.hours is not None:
         command += f" --hours {args.hours}"
     if args.calm:

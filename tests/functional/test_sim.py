@@ -156,7 +156,7 @@ def test_a_failing_seed_prints_how_to_reproduce_it(
     assert main(args) == 1
     text = capsys.readouterr().out
     assert (
-        "seed 3 broke a guarantee; reproduce with: python -m sim --seeds 3 --workers 1 --hours 0.05"
+        "seed 3 broke a guarantee; reproduce with: .venv/bin/python -m sim --seeds 3 --workers 1 --hours 0.05"
         in text
     )
     assert "lost: m-" in text
