@@ -155,10 +155,8 @@ def test_a_failing_seed_prints_how_to_reproduce_it(
     args = ["--seeds", "3", "--workers", "1", "--hours", "0.05", "--out", str(tmp_path / "s.json")]
     assert main(args) == 1
     text = capsys.readouterr().out
-    assert (
-        "seed 3 broke a guarantee; reproduce with: .venv/bin/python -m sim --seeds 3 --workers 1 --hours 0.05"
-        in text
-    )
+    command = ".venv/bin/python -m sim --seeds 3 --workers 1 --hours 0.05"
+    assert f"seed 3 broke a guarantee; reproduce with: {command}" in text
     assert "lost: m-" in text
     assert "history of m-" in text
     assert "acknowledged" in text
