@@ -1,4 +1,4 @@
-"""Cleanup: DynamoDB stream TTL removals -> re-drive never-scheduled messages, delete payloads."""
+"""Cleanup: DynamoDB stream TTL removals -> re-drive messages that may never have been scheduled."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DESIGN.md section 4, end to end through the real adapters (moto) on a fake clock.
+"""The delivery guarantees, end to end through the real adapters (moto) on a fake clock.
 
 A workload of short and long delays, cancels and bad records goes through ingest, the
 scheduler (ticking, with missed and repeated ticks and a crash) and the emitter (receiving
