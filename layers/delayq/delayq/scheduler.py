@@ -97,7 +97,8 @@ class ScheduleResult:
     watermark_after: int | None = None
     seconds_scanned: int = 0
     sent: int = 0
-    # Progress writes inside a second (each one after a round of a crowded second).
+    # Progress writes before the run's end: after a round of a crowded second, and every
+    # CATCH_UP_CHECKPOINT_SECONDS seconds passed while catching up.
     checkpoints: int = 0
     stopped_early: bool = False
     conflict: bool = False
