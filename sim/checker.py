@@ -78,14 +78,6 @@ class Verdict:
     violations: list[Violation] = field(default_factory=list)
 
 
-def _header(headers: Any, name: str) -> bytes | None:
-    found = None
-    for n, v in headers:
-        if n == name:
-            found = v
-    return found
-
-
 def _user_headers(headers: Any) -> list[tuple[str, bytes | None]]:
     return [(n, v) for n, v in headers if not n.startswith(c.HEADER_PREFIX)]
 
@@ -101,8 +93,8 @@ class Checker:
         self.ack_ms = {id(i): acked.get((i.partition, i.offset)) for i in workload.intents}
         self.deliveries: dict[tuple[str, int], list[Produced]] = defaultdict(list)
         for produced in pipeline.cluster.log:
-            delay_id = _header(produced.record.headers, c.HEADER_ID)
-            due = _header(produced.record.headers, c.HEADER_DUE_MS)
+            delay_id = produced.record.header(c.HEADER_ID)
+            due = produced.record.header(c.HEADER_DUE_MS)
             if delay_id is not None and due is not None:
                 self.deliveries[(delay_id.decode(), int(due))].append(produced)
         self.dead = self._dead_letters()
@@ -251,7 +243,7 @@ class Checker:
         verdict.delivered += 1
         verdict.duplicates += len(delivered) - 1
         first = min(delivered, key=lambda d: d.at_ms)
-        due = int(_header(first.record.headers, c.HEADER_DUE_MS) or 0)
+        due = int(first.record.header(c.HEADER_DUE_MS) or 0)
         bucket = max(0, first.at_ms - due) // BUCKET_MS
         verdict.lateness[bucket] += 1
         if not self._near_outage(due):
@@ -285,7 +277,7 @@ class Checker:
         return ack is not None and ack <= due_ms - self.hold_ms - GUARD_MS - self.p.clock_offset_ms
 
     def _check_not_early(self, key: tuple[str, int], produced: Produced, verdict: Verdict) -> None:
-        emitted = _header(produced.record.headers, c.HEADER_EMITTED_MS)
+        emitted = produced.record.header(c.HEADER_EMITTED_MS)
         if emitted is None or int(emitted) < key[1]:
             verdict.violations.append(
                 Violation(
@@ -320,7 +312,7 @@ class Checker:
         for (did, due), produced in self.deliveries.items():
             if did == delay_id:
                 for d in produced:
-                    emitted = _header(d.record.headers, c.HEADER_EMITTED_MS)
+                    emitted = d.record.header(c.HEADER_EMITTED_MS)
                     lines.append(
                         (d.at_ms, f"produced by {d.function} (due {due}, emitted {emitted!r})")
                     )

@@ -80,10 +80,6 @@ class Knobs:
         zero: dict[str, Any] = {f.name: 0 for f in fields(cls) if f.name not in kept}
         return replace(cls(), **zero)
 
-    def as_dict(self) -> dict[str, Any]:
-        """For the results file."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
 
 def access_denied(service: str, operation: str, why: str) -> ClientError:
     """What AWS answers a call IAM refuses."""

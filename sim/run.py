@@ -12,7 +12,7 @@ import multiprocessing
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any, Final
 
@@ -231,17 +231,6 @@ class Summary:
             "lateness_away_from_outages_ms": self.lateness_of(self.steady_lateness),
             "failing_seeds": self.failing,
             "wall_seconds": round(time.monotonic() - self.started, 1),
-            "shape": shape.__dict__,
-            "knobs": knobs.as_dict(),
+            "shape": asdict(shape),
+            "knobs": asdict(knobs),
         }
-
-
-def with_messages(shape: Shape, messages: int | None) -> Shape:
-    """The shape with another message count (the window grows with it)."""
-    if messages is None:
-        return shape
-    return replace(
-        shape,
-        messages=messages,
-        window_ms=max(60_000, shape.window_ms * messages // shape.messages),
-    )
