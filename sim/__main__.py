@@ -41,6 +41,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="each seed's producers write for this many simulated hours (default 1/3)",
     )
+    parser.add_argument(
+        "--messages",
+        type=int,
+        default=None,
+        help=f"requests each seed's producers write (default {RATE_PER_HOUR} per simulated hour)",
+    )
     parser.add_argument("--workers", type=int, default=2, help="processes (default 2)")
     parser.add_argument("--calm", action="store_true", help="no faults (a baseline)")
     parser.add_argument("--out", type=Path, default=Path("results/sim.json"))
@@ -54,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
             window_ms=int(args.hours * 3_600_000),
             messages=max(10, int(args.hours * RATE_PER_HOUR)),
         )
+    if args.messages is not None:
+        if args.messages < 1:
+            parser.error("--messages must be at least 1")
+        shape = replace(shape, messages=args.messages)
     knobs = Knobs.calm() if args.calm else Knobs()
     seeds = seeds_of(args.seeds)
     summary = Summary()
@@ -91,6 +101,8 @@ def _explain(result: RunResult, args: argparse.Namespace) -> None:
     command = f".venv/bin/python -m sim --seeds {result.seed} --workers 1"
     if args.hours is not None:
         command += f" --hours {args.hours}"
+    if args.messages is not None:
+        command += f" --messages {args.messages}"
     if args.calm:
         command += " --calm"
     print(f"seed {result.seed} broke a guarantee; reproduce with: {command}")

@@ -1,9 +1,10 @@
 """The simulated world: one clock, one seeded random source, one queue of events, and the
 invocations in flight, interleaved at every AWS call.
 
-Each Lambda invocation runs in a thread of its own, but only one thread ever runs at a time:
-the world hands a baton to the invocation whose next step is due, and takes it back at the
-invocation's next AWS call or sleep. So two invocations interleave call by call (an ingest
+Each Lambda invocation runs in a greenlet of its own (a coroutine with its own stack, so the
+layer's ordinary blocking code runs unchanged), and only one ever runs at a time: the world
+switches to the invocation whose next step is due, and the invocation switches back at its
+next AWS call or sleep. So two invocations interleave call by call (an ingest
 write can land between a scheduler's announce and its Query), and the order is decided by the
 event queue alone: the same seed gives the same history, byte for byte.
 
@@ -16,11 +17,12 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
-import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
+
+from greenlet import greenlet  # type: ignore[import-untyped]  # no stubs published
 
 from delayq.retry import Deadline
 
@@ -51,23 +53,22 @@ class Invocation:
         return self.started_ms + self.timeout_ms
 
 
-class _Task(threading.Thread):
-    """An invocation's thread; it runs only while it holds the baton."""
+class _Task(greenlet):  # type: ignore[misc]  # greenlet ships no stubs for subclassing
+    """An invocation's coroutine; it runs only while the world has switched to it."""
 
     def __init__(self, world: World, invocation: Invocation, body: Action) -> None:
-        super().__init__(name=f"sim-{invocation.function}-{invocation.number}", daemon=True)
+        super().__init__(parent=greenlet.getcurrent())
         self.world = world
         self.invocation = invocation
         self.body = body
-        self.go = threading.Semaphore(0)
 
     def run(self) -> None:
-        self.go.acquire()
         try:
             self.body()
+        except Crash:
+            pass  # the invocation died where it stood (the world is stopping)
         finally:
             self.world._running = None
-            self.world._baton.release()
 
 
 @dataclass
@@ -83,7 +84,6 @@ class World:
     _seq: itertools.count[int] = field(default_factory=itertools.count)
     _numbers: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _running: _Task | None = None
-    _baton: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
     _paused: set[_Task] = field(default_factory=set)
     _stopping: bool = False
     _until: int = 0  # the end of the current run_until
@@ -126,7 +126,7 @@ class World:
 
     @property
     def invocation(self) -> Invocation | None:
-        """The invocation holding the baton (None: the world itself, e.g. an event source)."""
+        """The invocation running now (None: the world itself, e.g. an event source)."""
         return self._running.invocation if self._running else None
 
     def invoke(self, function: str, timeout_s: float, body: Callable[[Invocation], None]) -> None:
@@ -134,19 +134,16 @@ class World:
         interleaves with the others. ``body`` settles its own outcome (it sees
         :class:`Crash` like any exception)."""
         invocation = Invocation(function, self.now_ms, int(timeout_s * 1000), next(self._numbers))
-        task = _Task(self, invocation, lambda: body(invocation))
-        task.start()
-        self._switch(task)
+        self._switch(_Task(self, invocation, lambda: body(invocation)))
 
     def deadline(self, invocation: Invocation) -> Deadline:
         """The handler's deadline, on the simulated clock."""
         return Deadline(lambda: invocation.end_ms - self.now_ms, SAFETY_MS)
 
     def _switch(self, task: _Task) -> None:
-        """Give the baton to ``task`` and wait until it hands it back."""
+        """Run ``task`` until its next pause, or its end."""
         self._running = task
-        task.go.release()
-        self._baton.acquire()
+        task.switch()
 
     def pause(self, ms: int) -> None:
         """The running invocation waits ``ms`` (an AWS call's latency, a sleep); the world
@@ -154,7 +151,7 @@ class World:
         task = self._running
         wake = self.now_ms + ms
         if task is None or (wake <= self._until and (not self._heap or self._heap[0][0] > wake)):
-            # Nothing else happens meanwhile: no need to hand the baton over.
+            # Nothing else happens meanwhile: no need to switch.
             self.now_ms += ms
             if self._stopping:
                 raise Crash("the simulation ended")
@@ -162,8 +159,7 @@ class World:
         self.at(self.now_ms + ms, lambda: self._resume(task))
         self._paused.add(task)
         self._running = None
-        self._baton.release()
-        task.go.acquire()
+        task.parent.switch()
         self._running = task
         if self._stopping:
             raise Crash("the simulation ended")
@@ -185,7 +181,7 @@ class World:
             raise Crash(f"{invocation.function} timed out")
 
     def stop(self) -> None:
-        """End the run: every invocation still waiting dies where it waits (its thread
+        """End the run: every invocation still waiting dies where it waits (its coroutine
         ends), and no event runs any more."""
         self._stopping = True
         self._heap.clear()

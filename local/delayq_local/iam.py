@@ -210,21 +210,21 @@ class Statement:
             sid=str(raw.get("Sid", "")),
         )
 
-    def applies(self, request: Request) -> bool:
-        """Whether action, resource and every condition match."""
+    def matches(self, action: str, resource: str) -> bool:
+        """Whether the statement's action and resource (or their Not forms) match."""
         if self.actions:
-            action_matches = any(_like(a, request.action, True) for a in self.actions)
+            action_matches = any(_like(a, action, True) for a in self.actions)
         else:
-            action_matches = not any(_like(a, request.action, True) for a in self.not_actions)
+            action_matches = not any(_like(a, action, True) for a in self.not_actions)
+        if not action_matches:
+            return False
         if self.resources:
-            resource_matches = any(_like(r, request.resource) for r in self.resources)
-        else:
-            resource_matches = not any(_like(r, request.resource) for r in self.not_resources)
-        return (
-            action_matches
-            and resource_matches
-            and all(condition.holds(request.context) for condition in self.conditions)
-        )
+            return any(_like(r, resource) for r in self.resources)
+        return not any(_like(r, resource) for r in self.not_resources)
+
+    def holds(self, context: Mapping[str, tuple[str, ...]]) -> bool:
+        """Whether every condition holds for these condition keys."""
+        return all(condition.holds(context) for condition in self.conditions)
 
 
 @dataclass(frozen=True)
@@ -245,6 +245,12 @@ class Policy:
     """A role's identity-based policies, as one list of statements."""
 
     statements: tuple[Statement, ...]
+    # The statements whose action and resource match, by (action, resource): a role makes the
+    # same few calls again and again, and matching the wildcards is the checker's main cost.
+    # Conditions (leading keys differ per call) are evaluated on every request.
+    _matching: dict[tuple[str, str], tuple[Statement, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
 
     @classmethod
     def of(cls, documents: Iterable[Mapping[str, Any]]) -> Policy:
@@ -258,10 +264,17 @@ class Policy:
 
     def decide(self, request: Request) -> tuple[bool, str]:
         """(allowed, why): an explicit Deny wins, else an Allow must apply."""
-        denying = [s for s in self.statements if s.effect == "Deny" and s.applies(request)]
+        key = (request.action, request.resource)
+        matching = self._matching.get(key)
+        if matching is None:
+            matching = self._matching[key] = tuple(
+                s for s in self.statements if s.matches(request.action, request.resource)
+            )
+        applying = [s for s in matching if s.holds(request.context)]
+        denying = [s for s in applying if s.effect == "Deny"]
         if denying:
             return False, f"explicitly denied by {denying[0].sid or 'a Deny statement'}"
-        allowing = [s for s in self.statements if s.effect == "Allow" and s.applies(request)]
+        allowing = [s for s in applying if s.effect == "Allow"]
         if allowing:
             return True, f"allowed by {allowing[0].sid or 'an Allow statement'}"
         return False, "no identity-based policy allows it"
@@ -314,13 +327,17 @@ class Account:
         name = self.partition_keys.get(table.rsplit("/", 1)[-1])
         names = params.get("ExpressionAttributeNames") or {}
         values = params.get("ExpressionAttributeValues") or {}
-        for left, placeholder in re.findall(
-            r"([#\w.]+)\s*=\s*(:\w+)", str(params.get("KeyConditionExpression", ""))
-        ):
+        for left, placeholder in _equalities(str(params.get("KeyConditionExpression", ""))):
             if names.get(left, left) == name and placeholder in values:
                 ((_, value),) = values[placeholder].items()
                 return (str(value),)
         raise PolicyError(f"no partition-key equality in Query of {table}")
+
+
+@cache
+def _equalities(expression: str) -> tuple[tuple[str, str], ...]:
+    """The `name = :placeholder` terms of a key condition expression."""
+    return tuple(re.findall(r"([#\w.]+)\s*=\s*(:\w+)", expression))
 
 
 _Mapper = Callable[[str, Mapping[str, Any], "Account"], list[Request]]

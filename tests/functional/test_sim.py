@@ -134,13 +134,16 @@ def test_the_command_writes_the_results_file(
 ) -> None:
     out = tmp_path / "sim.json"
     args = ["--seeds", "3", "--workers", "1", "--hours", "0.05", "--out", str(out), "--quiet"]
-    assert main(args) == 0
+    assert main([*args, "--messages", "37"]) == 0
     assert "lost 0, early 0" in capsys.readouterr().out
     report = json.loads(out.read_text())
     required = {"seeds", "messages", "simulated_hours", "faults", "lost", "early", "duplicates"}
     assert required | {"lateness_ms"} <= set(report)
     assert report["seeds"]["count"] == 1
-    assert report["messages"] > 0
+    assert report["shape"]["messages"] == 37
+    assert 30 <= report["messages"] <= 45  # bursts and id reuse make the count approximate
+    with pytest.raises(SystemExit):
+        main([*args, "--messages", "0"])
 
 
 def test_a_failing_seed_prints_how_to_reproduce_it(
