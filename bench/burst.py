@@ -26,9 +26,11 @@ from bench.template import FunctionConfig
 from bench.workload import batched, delay_request
 from delayq import buckets
 from delayq.contract import decode_body
+from delayq.queues import DelayQueue, SqsQueue
 from delayq.retry import Deadline
 from delayq.scheduler import run_scheduler
-from testkit.clock import NOW_MS, FakeClock
+from testkit.clock import NOW_MS, FakeClock, no_sleep_backoff
+from testkit.services import message_store
 
 # Documented AWS limits (DESIGN.md section 5 and the service quotas pages).
 DDB_PARTITION_WCU: Final = 1000
@@ -143,9 +145,11 @@ def scheduler_probe(
             clock,
             {"query": query_latency_ms, "update_item": update_latency_ms},
         )
-        # Inject the latency under the adapters (they keep their clients private).
-        pipeline.delay_queue.queue._client = sqs
-        pipeline.store._client = ddb
+        # The scheduler's adapters, built as the pipeline's over the latency clients.
+        store = message_store(ddb, s, no_sleep_backoff(), pipeline.executor)
+        delay_queue = DelayQueue(
+            SqsQueue(sqs, s.delay_queue_url, no_sleep_backoff()), s.emit_lead_ms
+        )
         clock.now_ms = (second - s.lookahead_seconds) * 1000
         for tick in range(ticks):
             start = clock.now_ms
@@ -157,8 +161,8 @@ def scheduler_probe(
             try:
                 run_scheduler(
                     settings=s,
-                    store=pipeline.store,
-                    delay_queue=pipeline.delay_queue,
+                    store=store,
+                    delay_queue=delay_queue,
                     clock=clock,
                     deadline=Deadline(_remaining(clock, end), safety_ms),
                 )

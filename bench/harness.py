@@ -9,6 +9,7 @@ are counted like the ones the handlers make.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -23,7 +24,7 @@ from delayq.retry import Deadline
 from delayq.scheduler import ScheduleResult, run_scheduler
 from delayq.settings import Settings
 from delayq.stats import DeliveryStats
-from delayq.store import MessageStore
+from delayq.store import MessageStore, query_pool
 from testkit.aws import FakeDynamoDB, FakeS3, FakeSqs, RequestCounter
 from testkit.clock import NOW_MS, FakeClock, no_sleep_backoff
 from testkit.kafka import FakeProducer
@@ -83,6 +84,7 @@ class InMemoryPipeline:
     dead_letters: DelayQueue
     rejects: RejectQueue
     stats: DeliveryStats
+    executor: ThreadPoolExecutor  # the store's parallel queries (closed by close())
     invocations: Invocations = field(default_factory=Invocations)
 
     @classmethod
@@ -108,7 +110,8 @@ class InMemoryPipeline:
             delay_dlq_url=dlq_url,
         )
         backoff = no_sleep_backoff()
-        store = message_store(dynamodb, s, backoff)
+        executor = query_pool(s.shards)
+        store = message_store(dynamodb, s, backoff, executor)
         payloads = PayloadStore(s3, s.payload_bucket, backoff)
         return cls(
             settings=s,
@@ -124,11 +127,12 @@ class InMemoryPipeline:
             dead_letters=DelayQueue(SqsQueue(sqs, s.delay_dlq_url, backoff), s.emit_lead_ms),
             rejects=RejectQueue(SqsQueue(sqs, s.reject_queue_url, backoff), payloads),
             stats=DeliveryStats(instance_id="bench"),
+            executor=executor,
         )
 
     def close(self) -> None:
         """Stop the store's query threads."""
-        self.store._pool.shutdown(wait=False)  # the store has no close()
+        self.executor.shutdown(wait=False)
 
     def deadline(self) -> Deadline:
         """A generous deadline: the in-memory calls never take long."""

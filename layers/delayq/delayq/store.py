@@ -312,6 +312,12 @@ def _chunks(items: Sequence[T], size: int) -> Iterable[list[T]]:
         yield list(items[start : start + size])
 
 
+def query_pool(shards: int, query_workers: int = 16) -> ThreadPoolExecutor:
+    """The pool a store runs its parallel queries and marker writes on unless given one: a
+    thread per shard, at most ``query_workers``."""
+    return ThreadPoolExecutor(max_workers=max(1, min(query_workers, shards)))
+
+
 class MessageStore:
     """The message table. Construct once per container; the client is injected."""
 
@@ -334,7 +340,7 @@ class MessageStore:
         self._max_delay = max_delay_seconds
         self._backoff = backoff or Backoff()
         # ``executor``: where parallel queries and marker writes run (default: a pool).
-        self._pool = executor or ThreadPoolExecutor(max_workers=max(1, min(query_workers, shards)))
+        self._pool = executor or query_pool(shards, query_workers)
 
     # --- writes --------------------------------------------------------------------------
 
