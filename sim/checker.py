@@ -10,12 +10,22 @@ against the documented guarantees.
 - Never early: no record is produced before its due time on the producing function's clock
   (its ``delay-emitted-ms`` header against ``delay-due-ms``).
 - Cancels: a message a cancel applies to (same id, written before it) is not delivered when
-  the cancel was acknowledged at least the emitter's hold + 2 s before its due time.
+  the cancel was acknowledged at least the emitter's hold + 2 s before its due time. Nor is
+  it produced more than an invocation's timeout after the cancel was acknowledged: the
+  function that produces a message (emitter, or ingest on the direct path) reads the cancel
+  markers in the same invocation, so that read came after the cancel (README: a cancel
+  ingested before the read always wins). That catches a message that waited, e.g. behind a
+  stalled partition, while its cancel came in through another.
 - Reschedules: one acknowledged that early, and not refused, moves the message: it is
   delivered at the new time and not at the old one.
+- Released when passed: a stored message is delivered within 10 minutes of the first
+  scheduler run that passed its due-second (or of its due time, if later), unless the target
+  or an ingest partition was down meanwhile.
 - Duplicates: deliveries of one message beyond the first (they carry its ``delay-id``).
 - Integrity: a delivered record has the original key, value and user headers.
 - IAM: no call a function (or its event source) made was refused by its role.
+- Retries: no invocation left a transient error (throttling, a network error, a lost
+  response) without calling again, while it had time to.
 """
 
 from __future__ import annotations
@@ -32,13 +42,16 @@ from delayq.exceptions import EnvelopeError
 from delayq.kafka import Failure
 from delayq.store import request_from_item
 from sim.aws import Produced
-from sim.pipeline import Pipeline
+from sim.pipeline import TIMEOUT_S, Pipeline
 from sim.workload import Intent, Workload
 
 # A cancel or reschedule acknowledged this long before due always wins (README: the
 # emitter's hold + 2 s, for clocks that agree within that); the hold comes from the settings,
 # and a run whose clocks are further apart widens the window by the difference.
 GUARD_MS: Final = 2_000
+# A producing invocation reads the cancel markers at most this long before it produces: the
+# longest timeout of the functions that produce (ingest's direct path, the emitter), + 2 s.
+READ_BOUND_MS: Final = max(TIMEOUT_S["ingest"], TIMEOUT_S["emitter"]) * 1000 + GUARD_MS
 # Dead-letter reasons nothing in the simulated world justifies: the target cluster accepts
 # every record it can reach, outages are shorter than the 24-hour allowance, payloads are
 # never deleted (the bucket's lifecycle rule is longer than any run).
@@ -47,6 +60,11 @@ UNCAUSED_REASONS: Final = frozenset(
 )
 # Messages due this soon after an outage ended are counted as the outage's.
 OUTAGE_RECOVERY_MS: Final = 10 * 60_000
+# A message stored at least this much beyond the horizon at ingest waited in the table.
+STORED_MARGIN_MS: Final = 5 * 60_000
+# After a scheduler run released a message to the delay queue, the emitter delivers it within
+# this (receives, retries after a crash's visibility timeout), the target being up.
+RELEASE_SLACK_MS: Final = 10 * 60_000
 # Lateness histogram resolution.
 BUCKET_MS: Final = 10
 
@@ -55,7 +73,8 @@ BUCKET_MS: Final = 10
 class Violation:
     """One broken guarantee: what, of which message."""
 
-    kind: str  # lost, early, cancel, reschedule, corrupt, refused, dead-lettered, iam
+    # lost, early, cancel, reschedule, corrupt, refused, dead-lettered, iam, unretried, held
+    kind: str
     delay_id: str
     due_ms: int
     detail: str
@@ -169,6 +188,9 @@ class Checker:
         verdict.violations.extend(self.dead_letter_faults)
         for denial in self.p.roles.guard.denials:
             verdict.violations.append(Violation("iam", denial.function, 0, str(denial)))
+        for u in self.p.retries.found:
+            detail = f"{u.function} never retried {u.call} after {u.error} at {u.at_ms}"
+            verdict.violations.append(Violation("unretried", u.function, 0, detail))
         return verdict
 
     # --- rules ----------------------------------------------------------------------------
@@ -209,6 +231,16 @@ class Checker:
                 )
         elif delivered:
             self._delivered(message, delivered, verdict)
+            if not later:
+                self._check_released(message, min(d.at_ms for d in delivered), verdict)
+            for d in delivered:
+                read_by_ms = d.at_ms - READ_BOUND_MS
+                acked = [self.ack_ms[id(cancel)] for cancel in cancels]
+                if any(ack is not None and ack <= read_by_ms for ack in acked):
+                    detail = f"produced at {d.at_ms}, over an invocation after its cancel's ack"
+                    verdict.violations.append(
+                        Violation("cancel", message.delay_id, message.due_ms, detail)
+                    )
         elif cancels:
             verdict.cancelled += 1  # a late cancel may or may not win
         elif any(self.dead.get((message.delay_id, due)) for due in dues):
@@ -258,6 +290,35 @@ class Checker:
             verdict.violations.append(
                 Violation("corrupt", message.delay_id, message.due_ms, detail)
             )
+
+    def _check_released(self, message: Intent, first_ms: int, verdict: Verdict) -> None:
+        """A stored message goes out soon after a scheduler run passes its second: the run
+        released it to the delay queue, and nothing but the target or the emitter can hold
+        it after that (not TTL, nor the safety net's redrive)."""
+        ack = self.ack_ms[id(message)]
+        horizon_ms = self.p.settings.horizon_seconds * 1000
+        if ack is None or message.due_ms - ack <= horizon_ms + STORED_MARGIN_MS:
+            return  # not stored (or not surely): ingest queued it itself
+        second = message.due_ms // 1000
+        passed = [
+            run.ended_ms
+            for run in self.p.scheduler_runs
+            if run.started_ms >= ack and run.watermark >= second
+        ]
+        if not passed:
+            return
+        released_ms = min(passed)
+        deadline_ms = max(message.due_ms, released_ms) + RELEASE_SLACK_MS
+        if first_ms <= deadline_ms:
+            return
+        stalls = [(since, until) for _, since, until in self.p.ingest_stalls]
+        for start, end in [*self.p.cluster.outages, *stalls]:
+            if start <= first_ms and end + OUTAGE_RECOVERY_MS >= released_ms - horizon_ms:
+                return  # the target (or a partition) was down meanwhile
+        detail = (
+            f"a scheduler run released its second by {released_ms}, first delivered at {first_ms}"
+        )
+        verdict.violations.append(Violation("held", message.delay_id, message.due_ms, detail))
 
     def _near_outage(self, due_ms: int) -> bool:
         """Due while the scheduler, the target or an ingest partition was stalled, or while

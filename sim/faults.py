@@ -16,13 +16,13 @@ Each knob is a documented behaviour of the service, at a rate a campaign can tur
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final
 
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 
 from delayq_local.iam import IamGuard
-from sim.world import Crash, World
+from sim.world import SAFETY_MS, Crash, Invocation, World
 
 # Calls that are not API requests of the functions (set-up, inspection).
 _NOT_API: Final = frozenset({"create_table", "create_queue", "create_bucket", "items", "messages"})
@@ -32,6 +32,9 @@ _THROTTLE_CODE: Final = {
     "sqs": ("RequestThrottled", 403),
     "s3": ("SlowDown", 503),
 }
+_THROTTLE_CODES: Final = frozenset(
+    {"ThrottlingException", *(c for c, _ in _THROTTLE_CODE.values())}
+)
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,13 @@ def access_denied(service: str, operation: str, why: str) -> ClientError:
     )
 
 
+def _transient(error: Exception) -> bool:
+    """Throttling, a network error or a lost response (not a refusal, not a failed condition)."""
+    if isinstance(error, ClientError):
+        return error.response["Error"]["Code"] in _THROTTLE_CODES
+    return True
+
+
 def _throttled(service: str, operation: str) -> ClientError:
     code, status = _THROTTLE_CODE.get(service, ("ThrottlingException", 400))
     return ClientError(
@@ -101,19 +111,72 @@ def _throttled(service: str, operation: str) -> ClientError:
     )
 
 
+@dataclass
+class Unretried:
+    """A transient error (throttling, a network error, a lost response) after which the
+    invocation never made that call again, though it had time to."""
+
+    function: str
+    call: str
+    at_ms: int
+    error: str
+
+
+@dataclass
+class RetryLedger:
+    """Which transient errors each invocation has not retried yet.
+
+    A call of the same operation by the same invocation counts as the retry. When an
+    invocation ends on its own (not killed), an error it never retried, though at least
+    ``slack_ms`` (more than the back-off's longest pause) and the handler's safety margin were
+    left, is a defect: AWS documents these errors as transient, and a retry is what the
+    layer promises.
+    """
+
+    slack_ms: int = 5_000
+    found: list[Unretried] = field(default_factory=list)
+    _open: dict[int, dict[str, tuple[int, str]]] = field(default_factory=dict)
+
+    def called(self, invocation: Invocation, call: str) -> None:
+        """``invocation`` makes ``call`` (again)."""
+        self._open.get(invocation.number, {}).pop(call, None)
+
+    def failed(self, invocation: Invocation, call: str, at_ms: int, error: Exception) -> None:
+        """The world answered ``call`` with a transient error."""
+        self._open.setdefault(invocation.number, {})[call] = (at_ms, type(error).__name__)
+
+    def ended(self, invocation: Invocation, killed: bool) -> None:
+        """``invocation`` is over; ``killed``: it crashed or timed out (no retry was possible)."""
+        left = self._open.pop(invocation.number, {})
+        if killed:
+            return
+        last_chance = invocation.end_ms - SAFETY_MS - self.slack_ms
+        for call, (at_ms, error) in left.items():
+            if at_ms <= last_chance:
+                self.found.append(Unretried(invocation.function, call, at_ms, error))
+
+
 class Faulty:
     """Wraps one in-memory client: each API call a function makes pays a latency (the world
     moves on meanwhile), may die or fail as the knobs say, and is checked against the
     invocation's timeout."""
 
     def __init__(
-        self, inner: Any, world: World, knobs: Knobs, service: str, guard: IamGuard | None = None
+        self,
+        inner: Any,
+        world: World,
+        knobs: Knobs,
+        service: str,
+        guard: IamGuard | None = None,
+        *,
+        ledger: RetryLedger | None = None,
     ) -> None:
         self._inner = inner
         self._world = world
         self._knobs = knobs
         self._service = service
         self._guard = guard
+        self._ledger = ledger or RetryLedger()
         self._endpoint = f"https://{service}.us-east-1.amazonaws.com"
 
     def __getattr__(self, name: str) -> Any:
@@ -127,6 +190,20 @@ class Faulty:
         return call
 
     def _call(self, name: str, method: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+        world = self._world
+        invocation = world.invocation
+        if invocation is None:
+            return self._answer(name, method, kwargs)
+        call = f"{self._service}.{name}"
+        self._ledger.called(invocation, call)
+        try:
+            return self._answer(name, method, kwargs)
+        except (ClientError, EndpointConnectionError, ReadTimeoutError) as e:
+            if _transient(e):
+                self._ledger.failed(invocation, call, world.now_ms, e)
+            raise
+
+    def _answer(self, name: str, method: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         world, knobs = self._world, self._knobs
         world.pause(world.rng.randint(*knobs.latency_ms))
         world.check_alive()

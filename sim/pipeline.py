@@ -42,7 +42,7 @@ from delayq.settings import Settings
 from delayq.stats import DeliveryStats
 from delayq.store import MessageStore
 from sim.aws import ReplicatedDynamoDB, SimProducer, TargetCluster, Ttl
-from sim.faults import Faulty, Knobs
+from sim.faults import Faulty, Knobs, RetryLedger
 from sim.iam import Roles, roles
 from sim.workload import PARTITIONS
 from sim.world import Crash, Invocation, World
@@ -140,6 +140,16 @@ class _Container:
     stats: DeliveryStats
 
 
+@dataclass(frozen=True)
+class SchedulerRun:
+    """A scheduler run that returned: when it started and ended, and the last due-second it
+    had released (its watermark) when it ended."""
+
+    started_ms: int
+    ended_ms: int
+    watermark: int
+
+
 class Pipeline:
     """The world, the AWS resources, the five functions and their event sources."""
 
@@ -165,6 +175,7 @@ class Pipeline:
         self.cleanup_failures: list[dict[str, Any]] = []  # the stream's on-failure destination
         self.scheduler_down: tuple[int, int] = (0, 0)
         self.ingest_stalls: list[tuple[int, int, int]] = []  # (partition, from, until)
+        self.scheduler_runs: list[SchedulerRun] = []  # the runs that returned
         self.ingest_behind_ms = 0
         self.invocations: dict[str, int] = dict.fromkeys(TIMEOUT_S, 0)
         self._containers = {f: _Containers(partial(self._container, f)) for f in TIMEOUT_S}
@@ -182,9 +193,11 @@ class Pipeline:
         serial = SerialExecutor()
         backoff = Backoff(rng=world.rng, sleep=world.sleep)
         guard = self.roles.guard
-        sqs = Faulty(_Notifying(self.sqs, self._sent), world, knobs, "sqs", guard)
-        dynamodb = Faulty(self.dynamodb, world, knobs, "dynamodb", guard)
-        s3 = Faulty(self.s3, world, knobs, "s3", guard)
+        self.retries = RetryLedger()
+        ledger = self.retries
+        sqs = Faulty(_Notifying(self.sqs, self._sent), world, knobs, "sqs", guard, ledger=ledger)
+        dynamodb = Faulty(self.dynamodb, world, knobs, "dynamodb", guard, ledger=ledger)
+        s3 = Faulty(self.s3, world, knobs, "s3", guard, ledger=ledger)
         # Each execution environment's clock is off by its own amount.
         skew = world.rng.randint(-knobs.clock_skew_ms, knobs.clock_skew_ms)
         if function == "ingest":
@@ -239,6 +252,7 @@ class Pipeline:
             except Exception as e:  # noqa: BLE001 -- the invocation failed: the source retries
                 self.world.note(f"{function} #{invocation.number} failed: {type(e).__name__}: {e}")
                 alive = True
+            self.retries.ended(invocation, killed=not alive)
             if alive:  # a dead process takes its container with it
                 containers.give_back(container)
             done(ok)
@@ -363,13 +377,16 @@ class Pipeline:
             if start <= self.world.now_ms < end:
                 self.world.faults["scheduler-down"] += 1
                 raise RuntimeError("the scheduler is down (outage knob)")
-            run_scheduler(
+            result = run_scheduler(
                 settings=self.settings,
                 store=cn.store,
                 delay_queue=cn.delay_queue,
                 clock=cn.clock,
                 deadline=self.world.deadline(invocation),
             )
+            if result.watermark_after is not None:
+                run = SchedulerRun(invocation.started_ms, self.world.now_ms, result.watermark_after)
+                self.scheduler_runs.append(run)
 
         def done(ok: bool) -> None:
             self._ticking = False

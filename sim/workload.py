@@ -20,6 +20,7 @@ TARGETS: Final = ("orders.timeout", "reminders")
 FORBIDDEN_TARGET: Final = "payments.internal"
 LARGE_BYTES: Final = 250_000  # over the 200 KB offload threshold
 HORIZON_MS: Final = 900_000
+DIRECT_WINDOW_MS: Final = c.DEFAULT_DIRECT_WINDOW_MS  # ingest delivers these itself
 PARTITIONS: Final = 2  # of the delay topic
 
 Kind = Literal["delay", "cancel", "reschedule", "invalid"]
@@ -34,6 +35,7 @@ class Shape:
     max_delay_ms: int = 2 * 3_600_000
     burst_size: int = 25
     cancel: float = 0.08
+    direct_cancel: float = 0.3  # of messages for the direct path
     reuse_after_cancel: float = 0.35
     reschedule: float = 0.08
     large: float = 0.05
@@ -123,7 +125,7 @@ def generate(rng: random.Random, start_ms: int, shape: Shape) -> Workload:
         if band < 0.05:
             return -rng.randint(0, 5_000)  # due already
         if band < 0.17:
-            return rng.randint(0, 800)  # the direct window
+            return rng.randint(0, DIRECT_WINDOW_MS)  # the direct window
         if band < 0.37:
             return rng.randint(1_000, 60_000)
         if band < 0.55:
@@ -180,9 +182,14 @@ def _controls(
     """Cancels, id reuse and reschedules that follow ``message``."""
     wait = message.due_ms - message.send_ms
     p = message.partition
-    if rng.random() < shape.cancel:
+    direct = 0 <= wait <= DIRECT_WINDOW_MS
+    if rng.random() < (shape.direct_cancel if direct else shape.cancel):
         band = rng.random()
-        if wait > 20_000 and band < 0.4:
+        if direct and band < 0.6:
+            # Right behind a message for the direct path: ingest holds it up to its due time,
+            # or finds it past due when its partition stalled while the cancel went through.
+            cancel_ms = message.send_ms + rng.randint(1, 400)
+        elif wait > 20_000 and band < 0.4:
             cancel_ms = message.send_ms + rng.randint(1_000, wait // 2)  # well before due
         elif wait > 20_000 and band < 0.7:
             cancel_ms = message.due_ms - rng.randint(5_500, 12_000)  # just inside the guarantee

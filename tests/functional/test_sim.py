@@ -4,20 +4,27 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from delayq import constants as c
+from delayq import retry
+from delayq.buckets import expires_at
 from delayq.kafka import KafkaDelivery, OutRecord
+from delayq.store import MessageStore, Page
 from sim.__main__ import main, seeds_of
 from sim.checker import Checker
 from sim.faults import Knobs
-from sim.pipeline import Pipeline
+from sim.iam import roles
+from sim.pipeline import Pipeline, sim_settings
 from sim.run import run_seed, simulate
 from sim.workload import Shape, Workload
+from sim.world import World
 from testkit.kafka import ProducedRecord
 
 # A small run: 80 requests written over 5 minutes, due within 40 minutes.
@@ -163,3 +170,62 @@ def test_a_failing_seed_prints_how_to_reproduce_it(
     assert "lost: m-" in text
     assert "history of m-" in text
     assert "acknowledged" in text
+
+
+def _direct_path_skips_cancel_markers(monkeypatch: pytest.MonkeyPatch) -> None:
+    checked = MessageStore.cancelled
+
+    def cancelled(self: MessageStore, requests: Any, deadline: Any) -> list[bool]:
+        if sys._getframe(1).f_globals["__name__"] == "delayq.direct":
+            return [False] * len(requests)
+        return checked(self, requests, deadline)
+
+    monkeypatch.setattr(MessageStore, "cancelled", cancelled)
+
+
+def _network_errors_not_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(retry, "NETWORK_ERRORS", ())
+
+
+def _scheduler_skips_expired_items(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The scheduler's Query leaves out items whose TTL has passed but that TTL has not deleted.
+    worlds: list[World] = []
+    init = World.__post_init__
+
+    def post_init(self: World) -> None:
+        init(self)
+        worlds.append(self)
+
+    page = MessageStore._query_page
+    grace_s = sim_settings(roles()).ttl_grace_seconds
+
+    def query_page(self: MessageStore, *args: Any, **kwargs: Any) -> Page:
+        found = page(self, *args, **kwargs)
+        now_s = worlds[-1].now_ms // 1000
+        kept = [m for m in found.messages if expires_at(m.release_at_ms, grace_s) > now_s]
+        return dataclasses.replace(found, messages=kept)
+
+    monkeypatch.setattr(World, "__post_init__", post_init)
+    monkeypatch.setattr(MessageStore, "_query_page", query_page)
+
+
+# Defects the simulator finds, each with a seed that shows it (the seeds are the first of 0-39
+# that do; a change to the workload or the knobs may move them).
+@pytest.mark.parametrize(
+    ("plant", "seed", "kind"),
+    [
+        (_direct_path_skips_cancel_markers, 35, "cancel"),
+        (_network_errors_not_retried, 0, "unretried"),
+        (_scheduler_skips_expired_items, 3, "held"),
+    ],
+    ids=["direct-path-cancel", "network-errors", "expired-items"],
+)
+def test_the_simulator_finds_a_planted_defect(
+    monkeypatch: pytest.MonkeyPatch,
+    plant: Callable[[pytest.MonkeyPatch], None],
+    seed: int,
+    kind: str,
+) -> None:
+    assert run_seed(seed).ok
+    plant(monkeypatch)
+    assert kind in {v.kind for v in run_seed(seed).verdict.violations}

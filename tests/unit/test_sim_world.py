@@ -11,7 +11,7 @@ from confluent_kafka import KafkaError
 
 from delayq import constants as c
 from sim.aws import ReplicatedDynamoDB, SimProducer, TargetCluster, Ttl
-from sim.faults import Faulty, Knobs
+from sim.faults import Faulty, Knobs, RetryLedger
 from sim.iam import roles
 from sim.world import Crash, Invocation, World
 from testkit.aws import FakeSqs, RequestCounter
@@ -118,6 +118,81 @@ def test_throttling_is_the_services_error_code() -> None:
     with pytest.raises(ClientError) as raised:
         client.send_message(QueueUrl=url, MessageBody="x")
     assert raised.value.response["Error"]["Code"] == "RequestThrottled"
+
+
+def one_call(knobs: Knobs) -> tuple[RetryLedger, list[BaseException]]:
+    """One invocation making one SendMessage call and never calling again."""
+    w = world()
+    inner = FakeSqs(RequestCounter(), w.clock)
+    url = inner.create_queue(QueueName="q")["QueueUrl"]
+    ledger = RetryLedger()
+    client = Faulty(inner, w, knobs, "sqs", ledger=ledger)
+    errors: list[BaseException] = []
+
+    def body(invocation: Invocation) -> None:
+        try:
+            client.send_message(QueueUrl=url, MessageBody="x")
+        except (ClientError, EndpointConnectionError, ReadTimeoutError) as e:
+            errors.append(e)
+        ledger.ended(invocation, killed=False)
+
+    w.invoke("emitter", 30, body)
+    w.run_until(NOW_MS + 60_000)
+    return ledger, errors
+
+
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        replace(CALM, network_error=1.0),
+        replace(CALM, throttle=1.0),
+        replace(CALM, response_lost=1.0),
+    ],
+    ids=["network-error", "throttle", "response-lost"],
+)
+def test_a_transient_error_never_called_again_is_unretried(knobs: Knobs) -> None:
+    ledger, errors = one_call(knobs)
+    assert len(errors) == 1
+    [found] = ledger.found
+    assert (found.function, found.call) == ("emitter", "sqs.send_message")
+    assert found.error == type(errors[0]).__name__
+
+
+def test_calling_again_is_the_retry() -> None:
+    ledger = RetryLedger()
+    invocation = Invocation("emitter", NOW_MS, 30_000, 1)
+    ledger.failed(invocation, "sqs.send_message", NOW_MS, EndpointConnectionError(endpoint_url="x"))
+    ledger.called(invocation, "sqs.send_message")
+    ledger.ended(invocation, killed=False)
+    assert ledger.found == []
+
+
+def test_no_retry_is_owed_when_killed_or_out_of_time() -> None:
+    error = EndpointConnectionError(endpoint_url="x")
+    ledger = RetryLedger()
+    killed = Invocation("emitter", NOW_MS, 30_000, 1)
+    ledger.failed(killed, "sqs.send_message", NOW_MS, error)
+    ledger.ended(killed, killed=True)
+    late = Invocation("emitter", NOW_MS, 30_000, 2)
+    ledger.failed(late, "sqs.send_message", NOW_MS + 30_000 - ledger.slack_ms, error)
+    ledger.ended(late, killed=False)
+    assert ledger.found == []
+
+
+def test_a_refusal_is_not_a_transient_error() -> None:
+    w = world()
+    inner = FakeSqs(RequestCounter(), w.clock)
+    ledger = RetryLedger()
+    client = Faulty(inner, w, CALM, "sqs", ledger=ledger)
+
+    def body(invocation: Invocation) -> None:
+        with pytest.raises(ClientError):
+            client.send_message(QueueUrl="https://sqs.invalid/1/missing", MessageBody="x")
+        ledger.ended(invocation, killed=False)
+
+    w.invoke("emitter", 30, body)
+    w.run_until(NOW_MS + 60_000)
+    assert ledger.found == []
 
 
 def test_each_call_costs_a_latency_from_the_knobs() -> None:
