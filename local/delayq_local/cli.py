@@ -24,10 +24,11 @@ from delayq import constants as c
 from delayq.clock import Clock, Sleep, system_clock
 from delayq.exceptions import ConfigurationError, DelayQueueError
 from delayq.lookup import locate
-from delayq.redrive import RedriveReport, RedriveSource, SourceQueue, redrive, redrive_services
+from delayq.queues import SourceQueue
+from delayq.redrive import RedriveReport, RedriveSource, redrive
 from delayq.reject_listing import list_rejects
 from delayq.retry import Deadline
-from delayq.runtime import client, message_store
+from delayq.runtime import client, message_store, redrive_services
 from delayq.settings import Settings, topic_allowed
 from delayq.stream_failures import FAILED_BATCH_PREFIX
 from delayq_local import kafka_commands

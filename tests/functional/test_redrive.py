@@ -9,25 +9,19 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from delayq.contract import DelayRequest, Envelope, decode_body, encode_bundle
+from delayq.contract import DelayRequest, Envelope, Reason, decode_body, encode_bundle
+from delayq.emitter import delay_queue_rejection
 from delayq.exceptions import ConfigurationError
 from delayq.ingest import IngestServices
 from delayq.queues import DelayQueue, RejectQueue, SqsQueue
-from delayq.redrive import (
-    RedriveReport,
-    RedriveServices,
-    RedriveSource,
-    TokenBucket,
-    redrive,
-    redrive_services,
-)
+from delayq.redrive import RedriveReport, RedriveServices, RedriveSource, redrive
+from delayq.retry import Deadline
+from delayq.runtime import redrive_services
 from delayq.store import MessageStore, message_item
-from testkit.clock import NOW_MS, FakeClock, no_sleep_backoff
+from testkit.clock import NOW_MS, no_sleep_backoff
 from testkit.events import kafka_event, kafka_record
-from tests.factories import PROPERTY, TARGETS, ClientProxy, SentEntry, client_error, delay_request
+from tests.factories import TARGETS, ClientProxy, SentEntry, client_error, delay_request
 from tests.functional.conftest import Pipeline
 
 DLQ = RedriveSource.DELAY_DLQ
@@ -321,36 +315,6 @@ def test_a_rate_below_one_per_second_moves_one_at_a_time(p: Pipeline) -> None:
     assert [e.sent_ms - NOW_MS for e in p.delayed()] == [0, 2000, 4000]
 
 
-@PROPERTY
-@given(
-    rate=st.floats(0.1, 500),
-    takes=st.lists(st.tuples(st.integers(1, 10), st.integers(0, 5_000)), max_size=40),
-)
-def test_a_token_bucket_never_exceeds_its_rate_plus_one_burst(
-    rate: float, takes: list[tuple[int, int]]
-) -> None:
-    clock = FakeClock()
-    bucket = TokenBucket(rate, clock=clock, sleep=clock.sleep)
-    taken = 0
-    for wanted, idle_ms in takes:
-        clock.advance(idle_ms)
-        n = min(wanted, int(bucket.capacity))
-        bucket.take(n)
-        taken += n
-        elapsed_s = (clock() - NOW_MS) / 1000
-        assert taken <= bucket.capacity + rate * elapsed_s + 1e-6
-
-
-def test_a_token_bucket_refuses_a_rate_or_a_take_it_cannot_serve() -> None:
-    clock = FakeClock()
-    with pytest.raises(ConfigurationError, match="capacity must be > 0"):
-        TokenBucket(5, capacity=0, clock=clock, sleep=clock.sleep)
-    with pytest.raises(ConfigurationError, match="rate_per_second must be > 0"):
-        TokenBucket(float("nan"), clock=clock, sleep=clock.sleep)
-    with pytest.raises(ValueError, match="cannot take 3 tokens"):
-        TokenBucket(2, clock=clock, sleep=clock.sleep).take(3)
-
-
 def test_the_options_are_checked_before_anything_is_read(p: Pipeline) -> None:
     with pytest.raises(ConfigurationError, match="needs source_url"):
         run(p, DLQ, source_url="")
@@ -460,6 +424,23 @@ def test_emitter_rejects_go_back_to_the_delay_queue_once_their_target_is_allowed
     assert requeued(p) == [request]
     left = {b["record"]["body"]: b["reason"] for b in p.aws.bodies(p.settings.reject_queue_url)}
     assert left == {"{garbage": "bad-envelope", Envelope(still_off).encode(): "target-not-allowed"}
+
+
+def test_an_emitter_reject_is_rejected_again_first_for_an_entry_that_is_not_ours(
+    p: Pipeline,
+) -> None:
+    off = Envelope(delay_request(delay_id="hr-1", target="hr.salaries", due_ms=NOW_MS)).encode()
+    body = encode_bundle([off, '{"v":1}'])
+    reject = delay_queue_rejection(Reason.TARGET_NOT_ALLOWED, "the first time", "m-1", body)
+    p.rejects.send([reject], NOW_MS, Deadline.after(10))
+
+    report = run(p, REJECTS)
+
+    assert (report.moved, report.still_rejected) == (0, 1)
+    assert report.reasons == {"bad-envelope": 1}
+    [left] = p.aws.bodies(p.settings.reject_queue_url)
+    assert left["record"] == {"sqs_message_id": "m-1", "body": body}
+    assert left["detail"].startswith("bundle entry 1: ")
 
 
 def test_an_emitter_reject_stays_when_the_reject_queue_refuses_it_again(p: Pipeline) -> None:

@@ -3,7 +3,7 @@ the queue."""
 
 from __future__ import annotations
 
-from delayq.redrive import SourceQueue
+from delayq.queues import SourceQueue
 from delayq.reject_listing import list_rejects
 from delayq.retry import Deadline
 from testkit.events import kafka_event, kafka_record

@@ -15,8 +15,7 @@ from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 
 from delayq.exceptions import DelayQueueError
 from delayq.payloads import PayloadStore
-from delayq.queues import DelayQueue, SqsQueue, TickQueue
-from delayq.redrive import SourceMessage, SourceQueue
+from delayq.queues import DelayQueue, SourceMessage, SourceQueue, SqsQueue, TickQueue
 from delayq.retry import Deadline
 from delayq.store import MessageStore, Watermark
 from testkit.clock import NOW_MS, no_sleep_backoff

@@ -38,6 +38,7 @@ from delayq.contract import (
     BodyEntry,
     DelayRequest,
     Reason,
+    RejectedRecord,
     Rejection,
     dead_letter_text,
     decode_body,
@@ -89,6 +90,31 @@ def messages_from_event(event: Any) -> list[QueuedMessage]:
         ]
     except (KeyError, TypeError, ValueError) as e:
         raise MalformedEventError(f"not an SQS event record: {e}") from e
+
+
+#: The keys of the record of a reject the emitter writes: the delay-queue message it screened
+#: out, not a Kafka record (``delay_queue_rejection``).
+DELAY_QUEUE_RECORD_KEYS = frozenset({"sqs_message_id", "body"})
+
+
+def screen(entry: BodyEntry, settings: Settings) -> DelayRequest | RejectedRecord:
+    """The request of a decoded delay-queue entry the emitter may deliver, or why it will
+    not: not ours (``bad-envelope``), or its target off the allow-list. A redrive of an
+    emitter reject screens its entries the same way."""
+    request = entry.request
+    if request is None:
+        return RejectedRecord(Reason.BAD_ENVELOPE, entry.error)
+    if not settings.target_allowed(request.target):
+        detail = f"target {request.target!r} is not on the emitter's allow-list"
+        return RejectedRecord(Reason.TARGET_NOT_ALLOWED, detail)
+    return request
+
+
+def delay_queue_rejection(reason: Reason, detail: str, sqs_message_id: str, body: str) -> Rejection:
+    """A reject of a delay-queue body (or of one entry of it, as a single envelope of its
+    own), with the bytes it came in; it has no Kafka coordinates."""
+    record = {"sqs_message_id": sqs_message_id, "body": body}
+    return Rejection(reason, detail, record, None, None, None)
 
 
 @dataclass
@@ -257,17 +283,14 @@ class _EmitRun:
             state.size = len(entries)
             good: list[_DelayMessage] = []
             for entry in entries:
-                request = entry.request
-                if request is None:
-                    self.reject(state, entry, Reason.BAD_ENVELOPE, entry.error)
-                elif not self.settings.target_allowed(request.target):
-                    detail = f"target {request.target!r} is not on the emitter's allow-list"
-                    self.reject(state, entry, Reason.TARGET_NOT_ALLOWED, detail)
-                elif request.payload_ref and not self.services.payloads.owns(request):
-                    detail = f"payload_ref {request.payload_ref!r} is not this message's payload"
+                screened = screen(entry, self.settings)
+                if isinstance(screened, RejectedRecord):
+                    self.reject(state, entry, screened.reason, screened.detail)
+                elif screened.payload_ref and not self.services.payloads.owns(screened):
+                    detail = f"payload_ref {screened.payload_ref!r} is not this message's payload"
                     self.reject(state, entry, Reason.BAD_ENVELOPE, detail)
                 else:
-                    good.append(_DelayMessage(message, entry, request))
+                    good.append(_DelayMessage(message, entry, screened))
             if good:
                 out.append(good)
         return out
@@ -277,11 +300,9 @@ class _EmitRun:
     ) -> None:
         """Set one entry (``None``: the whole body) aside for the reject queue, with the
         bytes it came in: the body, or the entry as a single envelope of its own."""
-        record = {
-            "sqs_message_id": state.message.message_id,
-            "body": state.message.body if entry is None else entry.text,
-        }
-        self.rejections.append((state, entry, Rejection(reason, detail, record, None, None, None)))
+        body = state.message.body if entry is None else entry.text
+        rejection = delay_queue_rejection(reason, detail, state.message.message_id, body)
+        self.rejections.append((state, entry, rejection))
 
     def hold_back_early(self, per_message: list[list[_DelayMessage]]) -> list[_DelayMessage]:
         """Hide again each SQS message whose messages are all too early to hold (its rejects

@@ -1,16 +1,19 @@
-"""SQS adapters: the delay queue, the tick queue and the reject (dead-letter) queue.
+"""SQS adapters: the delay queue, the tick queue, the reject (dead-letter) queue, and the
+queue an operator command reads (a redrive's source, the reject listing).
 
-``SendMessageBatch`` takes 10 entries and fails per entry with HTTP 200: only the entries in
-``Failed[]`` are sent again. An entry failing through the sender's fault is not retried.
+The batch calls (``SendMessageBatch``, ``DeleteMessageBatch``,
+``ChangeMessageVisibilityBatch``) take 10 entries and fail per entry with HTTP 200: only the
+entries in ``Failed[]`` are tried again. An entry failing through the sender's fault is not
+retried.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from delayq import buckets
 from delayq import constants as c
@@ -18,6 +21,8 @@ from delayq.contract import DelayRequest, Envelope, Rejection, bundle_bytes, enc
 from delayq.exceptions import DelayQueueError, QueueError
 from delayq.payloads import PayloadStore
 from delayq.retry import AWS_ERRORS, Backoff, Deadline, is_retryable, retry_call, retry_partial
+
+_Item = TypeVar("_Item")
 
 
 @dataclass(frozen=True)
@@ -65,23 +70,17 @@ class SqsQueue:
             raise first
 
     def _send_chunk(self, chunk: list[tuple[int, Outgoing]]) -> list[tuple[int, Outgoing]]:
-        try:
-            response = self._client.send_message_batch(
-                QueueUrl=self.url,
-                Entries=[
-                    {"Id": str(i), "MessageBody": o.body, "DelaySeconds": o.delay_seconds}
-                    for i, o in chunk
-                ],
-            )
-        except AWS_ERRORS as e:
-            if is_retryable(e):
-                raise
-            raise QueueError(f"SendMessageBatch to {self.url} failed: {e}") from e
-        failed = {f["Id"]: f for f in response.get("Failed", [])}
-        fatal = [f for f in failed.values() if f.get("SenderFault")]
-        if fatal:
-            raise QueueError(f"SQS refused {len(fatal)} entr(y/ies): {fatal[0].get('Message')}")
-        return [(i, o) for i, o in chunk if str(i) in failed]
+        retry, refused = _attempt_batch(
+            self._client.send_message_batch,
+            self.url,
+            chunk,
+            lambda o: {"MessageBody": o.body, "DelaySeconds": o.delay_seconds},
+            f"SendMessageBatch to {self.url} failed",
+        )
+        if refused:
+            message = refused[0][1].get("Message")
+            raise QueueError(f"SQS refused {len(refused)} entr(y/ies): {message}")
+        return retry
 
     def change_visibility(self, receipt_handle: str, seconds: int, deadline: Deadline) -> None:
         """Hide a received message for ``seconds`` more (re-delay without a new send)."""
@@ -96,6 +95,132 @@ class SqsQueue:
             )
         except AWS_ERRORS as e:
             raise QueueError(f"ChangeMessageVisibility failed: {e}") from e
+
+
+@dataclass(frozen=True)
+class SourceMessage:
+    """One message read from a queue an operator command empties or lists."""
+
+    message_id: str
+    receipt_handle: str
+    body: str
+
+
+class SourceQueue:
+    """A queue an operator command reads (a redrive's source, the reject listing): receive
+    (hidden for a while), delete, make visible again.
+
+    Per-entry failures of the batch calls are retried when SQS says they may succeed later
+    and reported (never raised) otherwise: the message then simply stays on the queue.
+    """
+
+    def __init__(self, client: Any, url: str, backoff: Backoff | None = None) -> None:
+        self._client = client
+        self.url = url
+        self._backoff = backoff or Backoff()
+
+    def receive(
+        self, max_messages: int, hold_seconds: int, wait_seconds: int, deadline: Deadline
+    ) -> list[SourceMessage]:
+        """Up to ``max_messages``, hidden from other readers for ``hold_seconds``."""
+        try:
+            response = retry_call(
+                "receive from source",
+                lambda: self._client.receive_message(
+                    QueueUrl=self.url,
+                    MaxNumberOfMessages=max_messages,
+                    VisibilityTimeout=hold_seconds,
+                    WaitTimeSeconds=wait_seconds,
+                ),
+                self._backoff,
+                deadline,
+            )
+        except AWS_ERRORS as e:
+            raise QueueError(f"ReceiveMessage from {self.url} failed: {e}") from e
+        return [
+            SourceMessage(m["MessageId"], m["ReceiptHandle"], m["Body"])
+            for m in response.get("Messages", [])
+        ]
+
+    def delete(self, messages: Sequence[SourceMessage], deadline: Deadline) -> list[str]:
+        """Delete messages; returns one line per message that could not be deleted."""
+        return self._per_entry(
+            "delete from source", self._client.delete_message_batch, messages, {}, deadline
+        )
+
+    def release(self, messages: Sequence[SourceMessage], deadline: Deadline) -> list[str]:
+        """Make messages visible again now; returns one line per failure."""
+        return self._per_entry(
+            "release to source",
+            self._client.change_message_visibility_batch,
+            messages,
+            {"VisibilityTimeout": 0},
+            deadline,
+        )
+
+    def _per_entry(
+        self,
+        operation: str,
+        call: Callable[..., Any],
+        messages: Sequence[SourceMessage],
+        extra: Mapping[str, Any],
+        deadline: Deadline,
+    ) -> list[str]:
+        problems: list[str] = []
+
+        def attempt(chunk: list[tuple[int, SourceMessage]]) -> list[tuple[int, SourceMessage]]:
+            retry, refused = _attempt_batch(
+                call,
+                self.url,
+                chunk,
+                lambda m: {"ReceiptHandle": m.receipt_handle, **extra},
+                f"{operation} ({self.url})",
+            )
+            problems.extend(
+                f"{m.message_id}: {operation}: {f.get('Code')}: {f.get('Message')}"
+                for m, f in refused
+            )
+            return retry
+
+        for start in range(0, len(messages), c.SQS_BATCH_ENTRIES):
+            chunk = list(enumerate(messages[start : start + c.SQS_BATCH_ENTRIES]))
+            try:
+                retry_partial(operation, attempt, chunk, self._backoff, deadline)
+            except DelayQueueError as e:
+                problems.extend(f"{m.message_id}: {operation}: {e}" for _, m in chunk)
+        return problems
+
+
+def _attempt_batch(
+    call: Callable[..., Any],
+    url: str,
+    chunk: Sequence[tuple[int, _Item]],
+    fields: Callable[[_Item], Mapping[str, Any]],
+    call_failed: str,
+) -> tuple[list[tuple[int, _Item]], list[tuple[_Item, Mapping[str, Any]]]]:
+    """One attempt of a batch call on ``chunk`` (each item's entry: its ``Id`` and
+    ``fields``), for ``retry_partial``: the entries to try again (SQS failed them, not
+    through the sender's fault), and those refused for good, each with its ``Failed[]``
+    entry. A call failing as a whole is raised as it is when a retry may succeed, else as a
+    :class:`QueueError` (``"{call_failed}: {error}"``)."""
+    try:
+        response = call(QueueUrl=url, Entries=[{"Id": str(i), **fields(item)} for i, item in chunk])
+    except AWS_ERRORS as e:
+        if is_retryable(e):
+            raise
+        raise QueueError(f"{call_failed}: {e}") from e
+    failed = {f["Id"]: f for f in response.get("Failed", [])}
+    retry: list[tuple[int, _Item]] = []
+    refused: list[tuple[_Item, Mapping[str, Any]]] = []
+    for i, item in chunk:
+        failure = failed.get(str(i))
+        if failure is None:
+            continue
+        if failure.get("SenderFault"):
+            refused.append((item, failure))
+        else:
+            retry.append((i, item))
+    return retry, refused
 
 
 def _batches(entries: Sequence[Outgoing]) -> Iterator[list[Outgoing]]:

@@ -12,12 +12,14 @@ Two sources (:class:`RedriveSource`):
     (``record_ref``). They are ingested again under the current settings (after the
     allow-list or a limit was fixed); those still invalid go back to the reject queue with
     their new reason. Emitter rejects (a delay-queue body, not a Kafka record) go back to the
-    delay queue when their envelope decodes and their target is now allowed.
+    delay queue when their envelope decodes and their target is now allowed (the emitter's
+    screen, ``emitter.screen``).
 
 A message is deleted from its source only after its destination accepted it: a refused
 write or a crash leaves it where it was, and at worst it moves twice, carrying the same
 ``delay-id``. Whatever a run read and did not move (failures, a dry run's whole read) is
-made visible again when the run ends. A token bucket paces the moves (messages per second).
+made visible again when the run ends. A token bucket (``delayq.pacing``) paces the moves
+(messages per second). The command line builds the services with ``runtime.redrive_services``.
 """
 
 from __future__ import annotations
@@ -34,18 +36,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from delayq import constants as c
-from delayq import runtime
 from delayq.clock import Clock, Sleep, system_clock
-from delayq.contract import BodyEntry, Reason, Rejection, decode_body
-from delayq.exceptions import ConfigurationError, DelayQueueError, EnvelopeError, QueueError
+from delayq.contract import BodyEntry, Reason, RejectedRecord, Rejection, decode_body
+from delayq.emitter import DELAY_QUEUE_RECORD_KEYS, delay_queue_rejection, screen
+from delayq.exceptions import ConfigurationError, DelayQueueError, EnvelopeError
 from delayq.ingest import IngestServices, ingest_batch, parse_batch
+from delayq.pacing import TokenBucket
 from delayq.payloads import parse_ref
-from delayq.retry import AWS_ERRORS, Backoff, Deadline, is_retryable, retry_call, retry_partial
+from delayq.queues import SourceMessage, SourceQueue
+from delayq.retry import AWS_ERRORS, Backoff, Deadline, retry_call
 from delayq.settings import Settings
 from delayq.stream_failures import SEND_CHUNK, requeue_failed_batches
 
-#: The keys of a reject the emitter wrote: the delay-queue message, not a Kafka record.
-DELAY_QUEUE_RECORD_KEYS = frozenset({"sqs_message_id", "body"})
 #: Retry budget of the writes of one batch.
 BATCH_SECONDS = 60.0
 #: SQS long polling limit.
@@ -102,163 +104,6 @@ class RedriveReport:
         }
 
 
-class TokenBucket:
-    """Paces work to ``rate_per_second`` on average, in bursts of at most ``capacity``.
-
-    The bucket starts full; ``take`` sleeps (on the injected ``sleep``) until enough tokens
-    have accumulated on the injected ``clock`` (epoch milliseconds).
-    """
-
-    def __init__(
-        self,
-        rate_per_second: float,
-        *,
-        capacity: float | None = None,
-        clock: Clock = system_clock,
-        sleep: Sleep = time.sleep,
-    ) -> None:
-        if not (math.isfinite(rate_per_second) and rate_per_second > 0):
-            raise ConfigurationError(f"rate_per_second must be > 0, not {rate_per_second!r}")
-        size = rate_per_second if capacity is None else capacity
-        if not (math.isfinite(size) and size > 0):
-            raise ConfigurationError(f"capacity must be > 0, not {capacity!r}")
-        self.rate = rate_per_second
-        self.capacity = max(1.0, size)
-        self.waited_seconds = 0.0
-        self._clock = clock
-        self._sleep = sleep
-        self._tokens = self.capacity
-        self._at_ms = clock()
-
-    def take(self, n: int) -> None:
-        """Wait until ``n`` tokens are there, then use them."""
-        if n > self.capacity:
-            raise ValueError(f"cannot take {n} tokens at once from a bucket of {self.capacity}")
-        self._refill()
-        while self._tokens < n:
-            pause = (n - self._tokens) / self.rate
-            self._sleep(pause)
-            self.waited_seconds += pause
-            self._refill()
-        self._tokens -= n
-
-    def give_back(self, n: int) -> None:
-        """Return tokens taken for work that did not happen."""
-        self._tokens = min(self.capacity, self._tokens + n)
-
-    def _refill(self) -> None:
-        now = self._clock()
-        gained = max(0, now - self._at_ms) * self.rate / 1000
-        self._tokens = min(self.capacity, self._tokens + gained)
-        self._at_ms = now
-
-
-@dataclass(frozen=True)
-class SourceMessage:
-    """One message read from the source queue."""
-
-    message_id: str
-    receipt_handle: str
-    body: str
-
-
-class SourceQueue:
-    """The queue a redrive reads: receive (hidden for a while), delete, make visible again.
-
-    Per-entry failures of the batch calls are retried when SQS says they may succeed later
-    and reported (never raised) otherwise: the message then simply stays on the queue.
-    """
-
-    def __init__(self, client: Any, url: str, backoff: Backoff | None = None) -> None:
-        self._client = client
-        self.url = url
-        self._backoff = backoff or Backoff()
-
-    def receive(
-        self, max_messages: int, hold_seconds: int, wait_seconds: int, deadline: Deadline
-    ) -> list[SourceMessage]:
-        """Up to ``max_messages``, hidden from other readers for ``hold_seconds``."""
-        try:
-            response = retry_call(
-                "receive from source",
-                lambda: self._client.receive_message(
-                    QueueUrl=self.url,
-                    MaxNumberOfMessages=max_messages,
-                    VisibilityTimeout=hold_seconds,
-                    WaitTimeSeconds=wait_seconds,
-                ),
-                self._backoff,
-                deadline,
-            )
-        except AWS_ERRORS as e:
-            raise QueueError(f"ReceiveMessage from {self.url} failed: {e}") from e
-        return [
-            SourceMessage(m["MessageId"], m["ReceiptHandle"], m["Body"])
-            for m in response.get("Messages", [])
-        ]
-
-    def delete(self, messages: Sequence[SourceMessage], deadline: Deadline) -> list[str]:
-        """Delete messages; returns one line per message that could not be deleted."""
-        return self._per_entry(
-            "delete from source", self._client.delete_message_batch, messages, {}, deadline
-        )
-
-    def release(self, messages: Sequence[SourceMessage], deadline: Deadline) -> list[str]:
-        """Make messages visible again now; returns one line per failure."""
-        return self._per_entry(
-            "release to source",
-            self._client.change_message_visibility_batch,
-            messages,
-            {"VisibilityTimeout": 0},
-            deadline,
-        )
-
-    def _per_entry(
-        self,
-        operation: str,
-        call: Callable[..., Any],
-        messages: Sequence[SourceMessage],
-        extra: Mapping[str, Any],
-        deadline: Deadline,
-    ) -> list[str]:
-        problems: list[str] = []
-
-        def attempt(chunk: list[tuple[int, SourceMessage]]) -> list[tuple[int, SourceMessage]]:
-            try:
-                response = call(
-                    QueueUrl=self.url,
-                    Entries=[
-                        {"Id": str(i), "ReceiptHandle": m.receipt_handle, **extra} for i, m in chunk
-                    ],
-                )
-            except AWS_ERRORS as e:
-                if is_retryable(e):
-                    raise
-                raise QueueError(f"{operation} ({self.url}): {e}") from e
-            failed = {f["Id"]: f for f in response.get("Failed", [])}
-            retry: list[tuple[int, SourceMessage]] = []
-            for i, m in chunk:
-                failure = failed.get(str(i))
-                if failure is None:
-                    continue
-                if failure.get("SenderFault"):
-                    problems.append(
-                        f"{m.message_id}: {operation}: {failure.get('Code')}: "
-                        f"{failure.get('Message')}"
-                    )
-                else:
-                    retry.append((i, m))
-            return retry
-
-        for start in range(0, len(messages), c.SQS_BATCH_ENTRIES):
-            chunk = list(enumerate(messages[start : start + c.SQS_BATCH_ENTRIES]))
-            try:
-                retry_partial(operation, attempt, chunk, self._backoff, deadline)
-            except DelayQueueError as e:
-                problems.extend(f"{m.message_id}: {operation}: {e}" for _, m in chunk)
-        return problems
-
-
 @dataclass(frozen=True)
 class RedriveServices:
     """The clients and adapters a redrive uses."""
@@ -267,15 +112,6 @@ class RedriveServices:
     s3: Any  # reads oversize rejected records (``record_ref``)
     ingest: IngestServices  # the destinations: delay queue, store, reject queue, payloads
     backoff: Backoff = field(default_factory=Backoff)
-
-
-def redrive_services(settings: Settings) -> RedriveServices:
-    """Build the services from settings (table, queues and bucket must be set)."""
-    return RedriveServices(
-        sqs=runtime.client("sqs", settings),
-        s3=runtime.client("s3", settings),
-        ingest=runtime.ingest_services(settings),
-    )
 
 
 def redrive(
@@ -595,7 +431,7 @@ def _dead_letters(run: _Run, batch: Sequence[SourceMessage]) -> None:
 
 
 def _rejects(run: _Run, batch: Sequence[SourceMessage]) -> None:
-    """Kafka records are ingested again; emitter rejects are screened like the emitter does."""
+    """Kafka records are ingested again; emitter rejects go through the emitter's screen."""
     records: list[tuple[SourceMessage, Any]] = []
     envelopes: list[tuple[SourceMessage, Any]] = []
     for message in batch:
@@ -614,27 +450,22 @@ def _rejects(run: _Run, batch: Sequence[SourceMessage]) -> None:
     ready: list[tuple[SourceMessage, list[BodyEntry]]] = []
     rejected: list[tuple[SourceMessage, Rejection]] = []
     for message, record in envelopes:
+        sqs_message_id, body = record["sqs_message_id"], record["body"]
         try:
-            entries = decode_body(record["body"])
+            entries = decode_body(body)
         except EnvelopeError as e:
-            rejected.append((message, _envelope_rejection(Reason.BAD_ENVELOPE, str(e), record)))
+            rejection = delay_queue_rejection(Reason.BAD_ENVELOPE, str(e), sqs_message_id, body)
+            rejected.append((message, rejection))
             continue
-        bad = next((e for e in entries if e.request is None), None)
-        off = next(
-            (
-                e.request
-                for e in entries
-                if e.request is not None and not run.settings.target_allowed(e.request.target)
-            ),
-            None,
-        )
-        if bad is not None:
-            rejected.append((message, _envelope_rejection(Reason.BAD_ENVELOPE, bad.error, record)))
-        elif off is not None:
-            detail = f"target {off.target!r} is not on the emitter's allow-list"
-            rejected.append(
-                (message, _envelope_rejection(Reason.TARGET_NOT_ALLOWED, detail, record))
-            )
+        refusals = [
+            v for v in (screen(e, run.settings) for e in entries) if isinstance(v, RejectedRecord)
+        ]
+        if refusals:
+            # The body stays whole, rejected for its first entry that is not ours, else for
+            # its first target off the allow-list.
+            refusal = min(refusals, key=lambda v: v.reason is not Reason.BAD_ENVELOPE)
+            rejection = delay_queue_rejection(refusal.reason, refusal.detail, sqs_message_id, body)
+            rejected.append((message, rejection))
         else:
             ready.append((message, entries))
     run.requeue(ready)
@@ -682,10 +513,6 @@ def _check_options(
 def _default_url(kind: RedriveSource, settings: Settings) -> str:
     """The reject queue is a setting; the delay queue's dead-letter queue is not."""
     return settings.reject_queue_url if kind is RedriveSource.REJECTS else ""
-
-
-def _envelope_rejection(reason: Reason, detail: str, record: Any) -> Rejection:
-    return Rejection(reason, detail, record, None, None, None)
 
 
 def _kafka_event(records: Sequence[Any]) -> dict[str, Any]:

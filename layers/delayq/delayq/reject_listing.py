@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from delayq import constants as c
-from delayq.redrive import SourceMessage, SourceQueue
+from delayq.queues import SourceMessage, SourceQueue
 from delayq.retry import Deadline
 
 # Received messages are hidden this long while the listing runs, then released.

@@ -19,6 +19,7 @@ from delayq.ingest import IngestServices
 from delayq.kafka import KafkaDelivery, make_producer
 from delayq.payloads import PayloadStore
 from delayq.queues import DelayQueue, RejectQueue, SqsQueue, TickQueue
+from delayq.redrive import RedriveServices
 from delayq.settings import Settings
 from delayq.shaping import Shaper
 from delayq.stats import DeliveryStats, FlushPolicy
@@ -136,4 +137,14 @@ def emitter_services(settings: Settings) -> EmitterServices:
         rejects=reject_queue(settings, payloads),
         payloads=payloads,
         stats=DeliveryStats(policy=FlushPolicy(max_messages=settings.stats_flush_messages)),
+    )
+
+
+def redrive_services(settings: Settings) -> RedriveServices:
+    """What a redrive (``delayq redrive``) uses: its source queue, the oversize rejected
+    records, and ingest's destinations (table, queues and bucket must be set)."""
+    return RedriveServices(
+        sqs=client("sqs", settings),
+        s3=client("s3", settings),
+        ingest=ingest_services(settings),
     )
