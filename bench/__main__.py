@@ -12,7 +12,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from bench.report import console, write
+from bench.results import console, write
 from bench.run import QUICK, Options, run
 
 

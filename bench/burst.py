@@ -22,8 +22,8 @@ from typing import Any, Final
 
 from bench.cost import Assumptions, cpu_wall_ms
 from bench.harness import InMemoryPipeline
+from bench.reference_mix import batched, delay_request
 from bench.template import FunctionConfig
-from bench.workload import batched, delay_request
 from delayq import buckets
 from delayq.contract import decode_body
 from delayq.queues import DelayQueue, SqsQueue

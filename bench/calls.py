@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from bench.harness import InMemoryPipeline
-from bench.workload import (
+from bench.reference_mix import (
     DELAY_TOPIC,
     ISSUE_7,
     Workload,

@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from typing import Any, Final
 
+from bench.reference_mix import DAY_SECONDS, ISSUE_7, VALUE_BYTES, Workload, delay_request
 from bench.template import FunctionConfig, deployed
-from bench.workload import DAY_SECONDS, ISSUE_7, VALUE_BYTES, Workload, delay_request
 from delayq import buckets
 from delayq.store import message_item
 from testkit.aws import item_size, write_units

@@ -24,8 +24,7 @@ from typing import Any, Final
 
 from bench import floor
 from bench.harness import InMemoryPipeline, bench_settings
-from bench.template import deployed
-from bench.workload import (
+from bench.reference_mix import (
     ISSUE_7,
     VALUE_BYTES,
     Workload,
@@ -35,6 +34,7 @@ from bench.workload import (
     kafka_record,
     mixed_delays_ms,
 )
+from bench.template import deployed
 from delayq import buckets
 from delayq.kafka import KafkaDelivery
 from testkit.clock import NOW_MS

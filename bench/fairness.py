@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final, TextIO
 
-from bench.local import ROOT, TARGET, VALUE, first_per_id, percentile, wait_for
+from bench.local_stack import ROOT, TARGET, VALUE, first_per_id, percentile, wait_for
 
 BYSTANDER: Final = "steady-b"
 BYSTANDER_RATE: Final = 20.0  # messages/s due during the burst

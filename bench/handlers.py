@@ -26,14 +26,14 @@ from types import ModuleType
 from typing import Any, Final
 
 from bench.harness import InMemoryPipeline
-from bench.template import deployed
-from bench.workload import (
+from bench.reference_mix import (
     ISSUE_7,
     batched,
     emitter_events,
     kafka_record,
     mixed_delays_ms,
 )
+from bench.template import deployed
 from testkit.clock import NOW_MS
 from testkit.events import kafka_event
 from testkit.lambda_context import LambdaContext

@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from bench.reference_mix import ALLOWED_TARGETS, sqs_record
 from bench.template import deployed
-from bench.workload import ALLOWED_TARGETS, sqs_record
 from delayq.emitter import EmitResult, EmitterServices, emit_batch, messages_from_event
 from delayq.ingest import IngestResult, IngestServices, ingest_batch
 from delayq.kafka import KafkaDelivery

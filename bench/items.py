@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any, Final
 
 from bench.cost import incompressible_value, largest_incompressible_value_in_one_wru
-from bench.workload import VALUE_BYTES, VALUE_VARIANTS, delay_request, message_value
+from bench.reference_mix import VALUE_BYTES, VALUE_VARIANTS, delay_request, message_value
 from delayq import constants as c
 from delayq.store import message_item
 from testkit.aws import item_size, write_units

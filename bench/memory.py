@@ -155,7 +155,7 @@ def _child(bootstrap: str, batches: int, batch_size: int) -> dict[str, Any]:
 
     from bench.handlers import TELEMETRY_ENV, bench_context, environ, load_handler_module  # noqa: PLC0415
     from bench.harness import InMemoryPipeline  # noqa: PLC0415
-    from bench.workload import VALUE_BYTES, emitter_events  # noqa: PLC0415
+    from bench.reference_mix import VALUE_BYTES, emitter_events  # noqa: PLC0415
     from delayq import runtime  # noqa: PLC0415
     from delayq.settings import Settings  # noqa: PLC0415
 

@@ -20,10 +20,10 @@ from bench.fairness import FairnessOptions, aws_scale_model
 from bench.fairness import measure_local as measure_fairness
 from bench.handlers import measure_handlers
 from bench.harness import bench_settings
-from bench.local import LocalOptions
-from bench.local import measure as measure_local
+from bench.local_stack import LocalOptions
+from bench.local_stack import measure as measure_local
 from bench.machine import describe
-from bench.workload import ISSUE_7
+from bench.reference_mix import ISSUE_7
 from testkit.aws import write_units
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """What Lambda passes a handler as its context, for tests and benchmarks that call a handler
 directly (no runtime: the remaining time is a number the caller sets, not a deadline).
 
-The local stack's runtime has its own context (``delayq_local.runtime.LambdaContext``): it is
+The local stack's runtime has its own context (``delayq_local.sandbox.LambdaContext``): it is
 product code, and counts down to a real deadline.
 """
 

@@ -15,7 +15,7 @@ from delayq_local.exceptions import (
 from delayq_local.filters import EventFilter
 from delayq_local.kafka_mock import ApiKey, MockKafkaCluster
 from delayq_local.provision import Deployment, ProvisionedResource, provision
-from delayq_local.runtime import LambdaContext, LocalFunction, load_handler
+from delayq_local.sandbox import LambdaContext, LocalFunction, load_handler
 from delayq_local.stack import EmbeddedStack, StackConfig, TimeCompression
 from delayq_local.template import Template, load_template, loads_template
 

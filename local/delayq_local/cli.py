@@ -34,13 +34,13 @@ from delayq.stream_failures import FAILED_BATCH_PREFIX
 from delayq_local import kafka_commands
 from delayq_local.aws import AwsEndpoint
 from delayq_local.demo import DemoOptions, run_demo
+from delayq_local.demo_plan import DEFAULT_TARGETS
 from delayq_local.exceptions import LocalStackError
 from delayq_local.kafka_commands import epoch_ms, header
 from delayq_local.kafka_mock import CONSUMER_TUNING
 from delayq_local.reports import require_spark
 from delayq_local.stack import EmbeddedStack, StackConfig, TimeCompression, environ_during
 from delayq_local.state import allowed_targets, export_line, read_state, state_file, write_state
-from delayq_local.workload import DEFAULT_TARGETS
 
 # How often a running redrive reports its progress.
 PROGRESS_SECONDS: Final = 2.0

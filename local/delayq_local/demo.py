@@ -10,14 +10,14 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from delayq_local.demo_plan import DEFAULT_TARGETS, Sender, Workload
 from delayq_local.faults import BrokerOutage, FaultPlan
 from delayq_local.kafka_mock import CONSUMER_TUNING
 from delayq_local.observe import DeliveryObserver, Rejection, drain_rejections
 from delayq_local.producer import DelayProducer
-from delayq_local.report import DemoReport
 from delayq_local.reports import export_and_report
 from delayq_local.stack import EmbeddedStack, StackConfig
-from delayq_local.workload import DEFAULT_TARGETS, Sender, Workload
+from delayq_local.verdict import DemoReport
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ from delayq.settings import Settings
 from delayq_local.exceptions import LocalStackError
 from delayq_local.kafka_mock import ApiKey, MockKafkaCluster
 from delayq_local.provision import ProvisionedResource
-from delayq_local.runtime import RuntimeCrash, attribute_clients, current_function
+from delayq_local.sandbox import RuntimeCrash, attribute_clients, current_function
 from delayq_local.sources import EventSource, ScheduleEventSource
 
 log = logging.getLogger(__name__)

@@ -30,7 +30,7 @@ from urllib.parse import urlparse
 from botocore.awsrequest import AWSResponse
 
 from delayq_local.exceptions import LocalStackError
-from delayq_local.runtime import current_function, current_poller
+from delayq_local.sandbox import current_function, current_poller
 
 log = logging.getLogger(__name__)
 

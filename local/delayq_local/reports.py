@@ -15,7 +15,7 @@ from delayq_local.exceptions import LocalStackError
 from delayq_local.stack import EmbeddedStack
 
 if TYPE_CHECKING:
-    from delayq_reports.local import LocalReports
+    from delayq_reports.local_spark import LocalReports
 
 EXPORT_PREFIX = "exports"
 
@@ -58,7 +58,7 @@ def require_spark() -> None:
 def export_and_report(stack: EmbeddedStack, output: Path, out: TextIO) -> LocalReports:
     """Export the table, then run the delivery report and the backlog forecast on it."""
     require_spark()
-    from delayq_reports.local import run_reports  # noqa: PLC0415 (PySpark, see the docstring)
+    from delayq_reports.local_spark import run_reports  # noqa: PLC0415 (PySpark, see the docstring)
 
     export = export_table(stack)
     out.write(f"table exported to {export}; running the Spark reports (local[2])\n")

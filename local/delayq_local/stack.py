@@ -35,7 +35,7 @@ from delayq_local.faults import ActiveFaults, FaultPlan
 from delayq_local.iam import Account, Denial, IamGuard, guard_of
 from delayq_local.kafka_mock import CONSUMER_TUNING, MockKafkaCluster
 from delayq_local.provision import DYNAMODB_TABLE, Deployment, ProvisionedResource, provision
-from delayq_local.runtime import Handler, LocalFunction, attribute_clients, load_handler
+from delayq_local.sandbox import Handler, LocalFunction, attribute_clients, load_handler
 from delayq_local.sources import (
     EventSource,
     FailureDestinations,

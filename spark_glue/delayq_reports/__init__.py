@@ -2,7 +2,7 @@
 
 Two jobs: the delivery report (lateness shares and percentiles, early deliveries, volume per
 5 minutes) and the backlog forecast (what is due per minute, hour and day, coming bursts, overdue
-items). The Glue entry points live in ``spark_glue/jobs/``; `delayq_reports.local.run_reports`
+items). The Glue entry points live in ``spark_glue/jobs/``; `delayq_reports.local_spark.run_reports`
 runs both on this machine.
 """
 

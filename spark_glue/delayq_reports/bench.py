@@ -25,7 +25,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 -- PySpark's convention (palantir guide)
 
 from delayq_reports.jobs import run_backlog_forecast, run_delivery_report
-from delayq_reports.local import build_session
+from delayq_reports.local_spark import build_session
 from delayq_reports.options import BacklogForecastOptions, DeliveryReportOptions
 from delayq_reports.transforms import BOUNDS_ATTRIBUTE, BUCKETS, DAY_MS, HOUR_MS, MINUTE_MS
 

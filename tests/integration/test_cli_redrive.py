@@ -21,8 +21,8 @@ from delayq.retry import Deadline
 from delayq.settings import Settings
 from delayq_local import AwsEndpoint, EmbeddedStack, MotoServer, StackConfig
 from delayq_local.cli import _describe, main
+from delayq_local.doubles import RecordingHandler
 from delayq_local.state import ENV_STATE_FILE, write_state
-from delayq_local.testing import RecordingHandler
 from testkit.clock import NOW_MS, FakeClock
 from testkit.events import kafka_event, kafka_record
 from tests.factories import REGION, TARGETS, AwsResources, delay_request

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from delayq_local.demo import DemoOptions, run_demo
+from delayq_local.demo_plan import DEFAULT_TARGETS
 from delayq_local.stack import StackConfig, TimeCompression
-from delayq_local.workload import DEFAULT_TARGETS
 from tests.integration.support import PROJECT_ROOT
 
 pytestmark = [

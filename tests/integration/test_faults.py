@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from delayq_local.demo import DemoOptions, run_demo
+from delayq_local.demo_plan import DEFAULT_TARGETS
 from delayq_local.faults import (
     AwsFault,
     Calls,
@@ -30,9 +31,8 @@ from delayq_local.faults import (
     throttling_and_server_errors,
 )
 from delayq_local.kafka_mock import ApiKey
-from delayq_local.report import DemoReport
 from delayq_local.stack import StackConfig, TimeCompression
-from delayq_local.workload import DEFAULT_TARGETS
+from delayq_local.verdict import DemoReport
 from tests.integration.support import PROJECT_ROOT
 
 pytestmark = [

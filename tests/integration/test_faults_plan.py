@@ -28,7 +28,7 @@ from delayq_local.faults import (
     Stack,
     Throttle,
 )
-from delayq_local.runtime import LocalFunction, RuntimeCrash, acting_as, current_function
+from delayq_local.sandbox import LocalFunction, RuntimeCrash, acting_as, current_function
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ from delayq_local import AwsEndpoint, EmbeddedStack, StackConfig, load_template,
 from delayq_local.iam import IamGuard
 from delayq_local.producer import DelayProducer, Due
 from delayq_local.provision import Deployment
-from delayq_local.runtime import acting_as
+from delayq_local.sandbox import acting_as
 from delayq_local.stack import LOCAL_PARAMETERS, TimeCompression, iam_guard
 from tests.integration.support import PROJECT_ROOT
 

@@ -11,10 +11,10 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from delayq_local import EventFilter, LocalFunction, MockKafkaCluster
+from delayq_local.doubles import RecordingHandler, wait_until
 from delayq_local.kafka_mock import CONSUMER_TUNING
 from delayq_local.sources import KafkaEventSource, java_bytes
 from delayq_local.specs import KafkaEventSpec
-from delayq_local.testing import RecordingHandler, wait_until
 from tests.integration.support import Runner
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]

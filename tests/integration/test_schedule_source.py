@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from delayq_local import AwsEndpoint, Deployment, LocalFunction
+from delayq_local.doubles import RecordingHandler, wait_until
 from delayq_local.sources import FailureDestinations, ScheduleEventSource
 from delayq_local.specs import ScheduleEventSpec
-from delayq_local.testing import RecordingHandler, wait_until
 from tests.integration.support import Runner
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]

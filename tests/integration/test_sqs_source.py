@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from delayq_local import AwsEndpoint, Deployment, LocalFunction, loads_template, provision
+from delayq_local.doubles import RecordingHandler, wait_until
 from delayq_local.filters import EventFilter
 from delayq_local.sources import SqsEventSource
 from delayq_local.specs import SqsEventSpec
-from delayq_local.testing import RecordingHandler, wait_until
 from tests.integration.support import Runner
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]

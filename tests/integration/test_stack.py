@@ -14,6 +14,7 @@ from confluent_kafka import Producer
 
 from delayq_local import EmbeddedStack, LocalStackError, MotoServer, StackConfig, reachable
 from delayq_local.aws import localstack_endpoint
+from delayq_local.doubles import RecordingHandler, wait_until
 from delayq_local.faults import FaultPlan
 from delayq_local.sources import (
     KafkaEventSource,
@@ -21,7 +22,6 @@ from delayq_local.sources import (
     SqsEventSource,
     StreamEventSource,
 )
-from delayq_local.testing import RecordingHandler, wait_until
 from tests.integration.support import FIXTURES
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]

@@ -11,8 +11,8 @@ from pyspark.sql import DataFrame, Row, SparkSession
 
 from delayq import stats
 from delayq_reports.io import LocalStore, locate_export, read_export
-from delayq_reports.local import build_session
-from delayq_reports.testing import Item, write_export
+from delayq_reports.local_spark import build_session
+from delayq_reports.synthetic_exports import Item, write_export
 
 # 2025-02-19 21:20:00 UTC: a whole hour plus 20 minutes, so hour and day buckets are visible.
 NOW = 1_740_000_000_000

@@ -8,7 +8,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from delayq_reports import transforms as t
-from delayq_reports.testing import cancel_item, message_item, watermark_item
+from delayq_reports.synthetic_exports import cancel_item, message_item, watermark_item
 from tests.spark.conftest import DAY, HOUR, MINUTE, NOW, delivered, raw_export, rows, ts
 
 pytestmark = pytest.mark.spark

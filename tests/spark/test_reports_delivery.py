@@ -9,7 +9,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from delayq.stats import Item
 from delayq_reports import transforms as t
-from delayq_reports.testing import message_item, watermark_item
+from delayq_reports.synthetic_exports import message_item, watermark_item
 from tests.spark.conftest import DAY, MINUTE, NOW, delivered, raw_export, rows, ts
 
 pytestmark = pytest.mark.spark

@@ -25,7 +25,7 @@ from delayq_reports.io import (
     write_table,
 )
 from delayq_reports.schema import EXPORT_LINE
-from delayq_reports.testing import message_item, write_export
+from delayq_reports.synthetic_exports import message_item, write_export
 from tests.spark.conftest import NOW
 
 EXPORT_ID = "01740000000000-0f0f0f0f"

@@ -22,8 +22,8 @@ from delayq_reports import transforms as t
 from delayq_reports.exceptions import ReportError
 from delayq_reports.io import Export, LocalStore, locate_export, read_export
 from delayq_reports.jobs import resolve_now_ms
-from delayq_reports.local import LocalReports, run_reports
-from delayq_reports.testing import cancel_item, message_item, watermark_item, write_export
+from delayq_reports.local_spark import LocalReports, run_reports
+from delayq_reports.synthetic_exports import cancel_item, message_item, watermark_item, write_export
 from tests.spark.conftest import HOUR, MINUTE, NOW, delivered
 
 REPO = Path(__file__).resolve().parents[2]

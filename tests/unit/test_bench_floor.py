@@ -9,8 +9,8 @@ import pytest
 
 from bench import cpu, floor
 from bench.harness import InMemoryPipeline
-from bench.report import _floor_rows
-from bench.workload import delay_request
+from bench.reference_mix import delay_request
+from bench.results import _floor_rows
 from delayq.contract import Envelope, encode_bundle
 from testkit.clock import NOW_MS
 from testkit.kafka import FakeProducer, ProducedRecord

@@ -378,7 +378,7 @@ def test_fake_producer_serves_delivery_reports() -> None:
 
 
 def test_bench_runs_end_to_end_with_tiny_inputs(tmp_path: Path) -> None:
-    from bench.report import console, write
+    from bench.results import console, write
     from bench.run import QUICK, run
 
     options = replace(QUICK, out=tmp_path)

@@ -1,4 +1,4 @@
-"""Pacing: a token bucket that spreads work over time on an injected clock and sleep.
+"""Pacing: a token-bucket pacer that spreads work over time on an injected clock and sleep.
 
 In-process and per run (a redrive's moves, ``redrive --rate``); the tenant limits that hold
 across containers are DynamoDB counters (``delayq.shaping``).
@@ -13,10 +13,10 @@ from delayq.clock import Clock, Sleep, system_clock
 from delayq.exceptions import ConfigurationError
 
 
-class TokenBucket:
+class Pacer:
     """Paces work to ``rate_per_second`` on average, in bursts of at most ``capacity``.
 
-    The bucket starts full; ``take`` sleeps (on the injected ``sleep``) until enough tokens
+    It starts full; ``take`` sleeps (on the injected ``sleep``) until enough tokens
     have accumulated on the injected ``clock`` (epoch milliseconds).
     """
 
@@ -44,7 +44,7 @@ class TokenBucket:
     def take(self, n: int) -> None:
         """Wait until ``n`` tokens are there, then use them."""
         if n > self.capacity:
-            raise ValueError(f"cannot take {n} tokens at once from a bucket of {self.capacity}")
+            raise ValueError(f"cannot take {n} tokens at once (capacity {self.capacity})")
         self._refill()
         while self._tokens < n:
             pause = (n - self._tokens) / self.rate

@@ -18,7 +18,7 @@ Two sources (:class:`RedriveSource`):
 A message is deleted from its source only after its destination accepted it: a refused
 write or a crash leaves it where it was, and at worst it moves twice, carrying the same
 ``delay-id``. Whatever a run read and did not move (failures, a dry run's whole read) is
-made visible again when the run ends. A token bucket (``delayq.pacing``) paces the moves
+made visible again when the run ends. A pacer (``delayq.pacing``, a token bucket) paces the moves
 (messages per second). The command line builds the services with ``runtime.redrive_services``.
 """
 
@@ -41,7 +41,7 @@ from delayq.contract import BodyEntry, Reason, RejectedRecord, Rejection, decode
 from delayq.emitter import DELAY_QUEUE_RECORD_KEYS, delay_queue_rejection, screen
 from delayq.exceptions import ConfigurationError, DelayQueueError, EnvelopeError
 from delayq.ingest import IngestServices, ingest_batch, parse_batch
-from delayq.pacing import TokenBucket
+from delayq.pacing import Pacer
 from delayq.payloads import parse_ref
 from delayq.queues import SourceMessage, SourceQueue
 from delayq.retry import AWS_ERRORS, Backoff, Deadline, retry_call
@@ -161,14 +161,14 @@ def redrive(
         hold_seconds=hold_seconds,
         wait_seconds=wait_seconds,
     )
-    bucket = (
+    pacer = (
         None
         if dry_run or rate_per_second is None
-        else TokenBucket(rate_per_second, clock=clock, sleep=sleep)
+        else Pacer(rate_per_second, clock=clock, sleep=sleep)
     )
     batch_size = c.SQS_BATCH_ENTRIES
-    if bucket is not None:
-        batch_size = min(batch_size, int(bucket.capacity))
+    if pacer is not None:
+        batch_size = min(batch_size, int(pacer.capacity))
 
     run = _Run(
         settings,
@@ -181,11 +181,11 @@ def redrive(
     try:
         while limit is None or run.taken < limit:
             want = batch_size if limit is None else min(batch_size, limit - run.taken)
-            if bucket is not None:
-                bucket.take(want)
+            if pacer is not None:
+                pacer.take(want)
             fresh = run.admit(run.source.receive(want, hold_seconds, wait_seconds, run.deadline()))
-            if bucket is not None:
-                bucket.give_back(want - len(fresh))
+            if pacer is not None:
+                pacer.give_back(want - len(fresh))
             if not fresh:
                 break
             run.taken += len(fresh)
@@ -194,8 +194,8 @@ def redrive(
                 progress(run.report, run.taken)
     finally:
         run.release()
-        if bucket is not None:
-            run.report.waited_seconds = bucket.waited_seconds
+        if pacer is not None:
+            run.report.waited_seconds = pacer.waited_seconds
     return run.report
 
 
@@ -224,10 +224,10 @@ def _stream_failures(
         hold_seconds=1,
         wait_seconds=0,
     )
-    bucket = (
+    pacer = (
         None
         if dry_run or rate_per_second is None
-        else TokenBucket(
+        else Pacer(
             rate_per_second, capacity=max(rate_per_second, SEND_CHUNK), clock=clock, sleep=sleep
         )
     )
@@ -237,15 +237,15 @@ def _stream_failures(
         delay_queue=services.ingest.delay_queue,
         backoff=services.backoff,
         limit=limit,
-        pace=None if bucket is None else bucket.take,
+        pace=None if pacer is None else pacer.take,
         dry_run=dry_run,
         clock=clock,
     )
     report = RedriveReport(RedriveSource.CLEANUP_FAILURES, dry_run)
     report.moved, report.failed = outcome.moved, outcome.failed
     report.errors.extend(outcome.errors)
-    if bucket is not None:
-        report.waited_seconds = bucket.waited_seconds
+    if pacer is not None:
+        report.waited_seconds = pacer.waited_seconds
     return report
 
 

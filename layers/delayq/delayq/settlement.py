@@ -76,8 +76,8 @@ def after_failure(
         if attempts >= settings.delivery_max_attempts:
             detail = f"refused {attempts} time(s); last: {failure.detail}"
             return DeadLetter(str(Failure.REFUSED), detail)
-        again = dataclasses.replace(request, attempts=attempts)
-        text = Envelope(again).encode()
+        retried = dataclasses.replace(request, attempts=attempts)
+        text = Envelope(retried).encode()
         delay = refusal_backoff_seconds(attempts)
         return Retry(QueueEntry(delay, text, request.offloaded_bytes, request.priority))
     if failure.failure is Failure.PAYLOAD_MISSING:

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping
 from typing import Any, Final, Self
 
-from delayq_local.runtime import ExecutionEnvironment, Invocation, LocalFunction, polling_for
+from delayq_local.sandbox import ExecutionEnvironment, Invocation, LocalFunction, polling_for
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from confluent_kafka import (
 
 from delayq_local.exceptions import LocalStackError
 from delayq_local.filters import kafka_view
-from delayq_local.runtime import LocalFunction
+from delayq_local.sandbox import LocalFunction
 from delayq_local.sources.base import EventSource
 from delayq_local.specs import KafkaEventSpec
 

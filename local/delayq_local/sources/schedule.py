@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from delayq_local.runtime import Invocation, LocalFunction
+from delayq_local.sandbox import Invocation, LocalFunction
 from delayq_local.sources.base import EventSource
 from delayq_local.specs import ScheduleEventSpec
 

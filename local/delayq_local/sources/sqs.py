@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from delayq_local.filters import sqs_view
-from delayq_local.runtime import Invocation, LocalFunction
+from delayq_local.sandbox import Invocation, LocalFunction
 from delayq_local.sources.base import EventSource, failed_items
 from delayq_local.specs import SqsEventSpec
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from delayq_local.runtime import Invocation, LocalFunction
+from delayq_local.sandbox import Invocation, LocalFunction
 from delayq_local.sources.base import EventSource, failed_items
 from delayq_local.specs import StreamEventSpec
 

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 
 import pytest
 
+from delayq_local.demo_plan import Sender, Workload
 from delayq_local.exceptions import LocalStackError
 from delayq_local.producer import Due, Header
-from delayq_local.workload import Sender, Workload
 
 START_MS = 1_700_000_000_000
 

@@ -114,7 +114,7 @@ def counted_handler_clients(counter: CallCounter) -> Iterator[None]:
     """Every boto3 client the handlers create (``delayq.runtime.client``) counts its calls,
     under the function whose invocation created it."""
     from delayq import runtime  # noqa: PLC0415
-    from delayq_local.runtime import current_function  # noqa: PLC0415
+    from delayq_local.sandbox import current_function  # noqa: PLC0415
 
     original = runtime.client
 
@@ -434,7 +434,7 @@ def measure(options: LocalOptions, out: TextIO) -> dict[str, Any]:
         ),
     )
     overruns = _Overruns()
-    logging.getLogger("delayq_local.runtime").addHandler(overruns)
+    logging.getLogger("delayq_local.sandbox").addHandler(overruns)
     log_path = ROOT / "results" / "bench-handlers.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -474,7 +474,7 @@ def measure(options: LocalOptions, out: TextIO) -> dict[str, Any]:
         finally:
             observer.stop()
         stats = stack.stats()
-    logging.getLogger("delayq_local.runtime").removeHandler(overruns)
+    logging.getLogger("delayq_local.sandbox").removeHandler(overruns)
     burst["invocations_past_timeout"] = overruns.seen[steady_overruns:]
     lateness["invocations_past_timeout"] = overruns.seen[:steady_overruns]
     depth = moto_depth_probe()

@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from delayq_local.demo_plan import Workload
 from delayq_local.observe import Delivery, Rejection
-from delayq_local.workload import Workload
 
 # Relative due times count from the broker timestamp, a little after the record's planned moment.
 DUE_TOLERANCE_MS: Final = 5000
