@@ -25,7 +25,7 @@ from bench.harness import InMemoryPipeline
 from bench.template import FunctionConfig
 from bench.workload import batched, delay_request
 from delayq import buckets
-from delayq.contract import decode_body
+from delayq.envelope import decode_body
 from delayq.retry import Deadline
 from delayq.scheduler import run_scheduler
 from testkit.clock import NOW_MS, FakeClock

@@ -12,10 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from delayq.contract import DelayRequest, Envelope, decode_body, encode_bundle
+from delayq.envelope import Envelope, decode_body, encode_bundle
 from delayq.exceptions import ConfigurationError
 from delayq.ingest import IngestServices
 from delayq.queues import DelayQueue, RejectQueue, SqsQueue
+from delayq.records import DelayRequest
 from delayq.redrive import (
     RedriveReport,
     RedriveServices,

@@ -36,10 +36,11 @@ from typing import Any
 from delayq import constants as c
 from delayq import runtime
 from delayq.clock import Clock, Sleep, system_clock
-from delayq.contract import BodyEntry, Reason, Rejection, decode_body
+from delayq.envelope import BodyEntry, decode_body
 from delayq.exceptions import ConfigurationError, DelayQueueError, EnvelopeError, QueueError
 from delayq.ingest import IngestServices, ingest_batch, parse_batch
 from delayq.payloads import parse_ref
+from delayq.records import Reason, Rejection
 from delayq.retry import AWS_ERRORS, Backoff, Deadline, is_retryable, retry_call, retry_partial
 from delayq.settings import Settings
 from delayq.stream_failures import SEND_CHUNK, requeue_failed_batches
