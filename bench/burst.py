@@ -25,7 +25,7 @@ from bench.harness import InMemoryPipeline
 from bench.reference_mix import batched, delay_request
 from bench.template import FunctionConfig
 from delayq import buckets
-from delayq.contract import decode_body
+from delayq.envelope import decode_body
 from delayq.queues import DelayQueue, SqsQueue
 from delayq.retry import Deadline
 from delayq.scheduler import run_scheduler

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Final
 
-from delayq.contract import DelayRequest, Envelope
+from delayq.envelope import Envelope
+from delayq.records import DelayRequest
 from testkit import events
 from testkit.clock import NOW_MS
 from testkit.payload import order_event

@@ -37,9 +37,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from delayq import constants as c
-from delayq.contract import DelayRequest, dead_letter_of, decode_body
+from delayq.envelope import dead_letter_of, decode_body
 from delayq.exceptions import EnvelopeError
 from delayq.kafka import Failure
+from delayq.records import DelayRequest
 from delayq.store import request_from_item
 from sim.aws import Produced
 from sim.pipeline import TIMEOUT_S, Pipeline

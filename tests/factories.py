@@ -15,7 +15,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 from hypothesis import settings as hypothesis_settings
 
-from delayq.contract import DelayRequest
+from delayq.records import DelayRequest
 from delayq.settings import Settings
 from delayq.store import MessageStore
 from testkit.clock import NOW_MS, no_sleep_backoff

@@ -24,7 +24,7 @@ DEFAULT_TARGETS: Final = ("demo.orders", "demo.reminders")
 
 
 def invalid_records(target: str, other: str) -> dict[str, list[Header]]:
-    """One invalid record per reason the ingest function must give (`contract.Reason` values);
+    """One invalid record per reason the ingest function must give (`records.Reason` values);
     `target` and `other` are allowed targets."""
     valid = (c.HEADER_TARGET, target.encode())
     return {

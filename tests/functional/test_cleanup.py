@@ -10,10 +10,10 @@ import pytest
 
 from delayq import buckets
 from delayq.cleanup import CleanupServices, Outcome, TtlCleanup, is_ttl_removal
-from delayq.contract import DelayRequest
 from delayq.exceptions import DelayQueueError
 from delayq.payloads import payload_key
 from delayq.queues import DelayQueue, SqsQueue
+from delayq.records import DelayRequest
 from delayq.store import Watermark, message_item
 from testkit.clock import NOW_MS
 from tests.factories import ClientProxy, client_error

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
-from delayq.contract import decode_body
+from delayq.envelope import decode_body
 from delayq.exceptions import DelayQueueError
 from delayq.ingest import IngestResult
 from delayq.queues import DelayQueue, SqsQueue

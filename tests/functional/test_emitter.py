@@ -9,9 +9,10 @@ import pytest
 from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 
 from delayq import constants
-from delayq.contract import DelayRequest, Envelope, dead_letter_of, decode_body
+from delayq.envelope import Envelope, dead_letter_of, decode_body
 from delayq.payloads import PayloadStore, payload_key
 from delayq.queues import DelayQueue, SqsQueue
+from delayq.records import DelayRequest
 from delayq.retry import Deadline
 from delayq.stats import DeliveryStats, FlushPolicy
 from testkit.clock import NOW_MS, no_sleep_backoff

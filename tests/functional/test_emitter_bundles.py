@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from delayq.contract import DelayRequest, Envelope, decode_body, encode_bundle
 from delayq.emitter import EmitResult, emit_batch, messages_from_event
+from delayq.envelope import Envelope, decode_body, encode_bundle
 from delayq.payloads import PayloadStore, payload_key
 from delayq.queues import DelayQueue, SqsQueue
+from delayq.records import DelayRequest
 from delayq.retry import Deadline
 from testkit.clock import NOW_MS, no_sleep_backoff
 from testkit.events import kafka_event, kafka_record

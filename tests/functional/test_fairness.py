@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from delayq import constants as c
-from delayq.contract import Reason, decode_body
+from delayq.envelope import decode_body
 from delayq.producing import Delivery
 from delayq.queues import DelayQueue, SqsQueue
+from delayq.records import Reason
 from delayq.shaping import Shaper
 from testkit.clock import NOW_MS, no_sleep_backoff
 from testkit.events import control_headers, kafka_event, kafka_record

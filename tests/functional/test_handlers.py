@@ -8,7 +8,7 @@ from types import ModuleType
 import pytest
 
 from delayq import constants as c
-from delayq.contract import Envelope
+from delayq.envelope import Envelope
 from delayq.payloads import parse_ref, payload_key
 from delayq.retry import Deadline
 from delayq.store import MessageStore

@@ -26,9 +26,10 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from delayq import constants as c
-from delayq.contract import DelayRequest, Envelope, Reason, decode_body
+from delayq.envelope import Envelope, decode_body
 from delayq.exceptions import MalformedEventError
 from delayq.payloads import parse_ref
+from delayq.records import DelayRequest, Reason
 from delayq.store import request_from_item
 from testkit.clock import NOW_MS
 from testkit.events import control_headers, kafka_event, kafka_record
@@ -226,8 +227,8 @@ def good_delays(draw: st.DrawFn) -> Case:
         )
         due = base + delay
         text = str(delay) if kind == c.HEADER_DELAY_MS else draw(seconds_meaning(delay))
-    # Leading zeros are not significant (a few thousand of them: see the xfail in
-    # tests/unit/test_contract.py).
+    # Leading zeros are not significant (a few thousand of them: see
+    # test_thousands_of_leading_zeros_are_still_not_significant in tests/unit/test_records.py).
     text = draw(st.sampled_from(["", "0", "0000000000000000"])) + text
 
     target = draw(st.sampled_from(ALLOWED))

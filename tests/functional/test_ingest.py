@@ -109,9 +109,9 @@ def test_a_record_the_parser_fails_on_is_rejected_whole_and_the_rest_goes_on(
 ) -> None:
     # One record must never block its partition: a bug in the parser becomes a reject with
     # the original record, not a failed batch retried until the topic's retention.
-    from delayq import contract, ingest
+    from delayq import ingest, records
 
-    real = contract.parse_record  # the function ingest imported
+    real = records.parse_record  # the function ingest imported
 
     def parse(record: dict[str, object], *args: object) -> object:
         if record["offset"] == 2:

@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from delayq.contract import DelayRequest, Envelope, Reason, decode_body, encode_bundle
 from delayq.emitter import delay_queue_rejection
+from delayq.envelope import Envelope, decode_body, encode_bundle
 from delayq.exceptions import ConfigurationError
 from delayq.ingest import IngestServices
 from delayq.queues import DelayQueue, RejectQueue, SqsQueue
+from delayq.records import DelayRequest, Reason
 from delayq.redrive import RedriveReport, RedriveServices, RedriveSource, redrive
 from delayq.retry import Deadline
 from delayq.runtime import redrive_services

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from delayq import buckets
-from delayq.contract import decode_body
 from delayq.emitter import EmitResult
+from delayq.envelope import decode_body
 from delayq.ingest import IngestResult
 from testkit.clock import NOW_MS
 from testkit.events import kafka_event, kafka_record

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from delayq import buckets
-from delayq.contract import decode_body
+from delayq.envelope import decode_body
 from delayq.queues import TickQueue
 from delayq.retry import Deadline
 from delayq.scheduler import CATCH_UP_CHECKPOINT_SECONDS, QUERY_CHUNK_SECONDS, fire_timer

@@ -14,8 +14,9 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from delayq import buckets
-from delayq.contract import DelayRequest, decode_body
+from delayq.envelope import decode_body
 from delayq.queues import DelayQueue
+from delayq.records import DelayRequest
 from delayq.retry import Deadline
 from delayq.scheduler import ScheduleResult, run_scheduler
 from delayq.store import Watermark

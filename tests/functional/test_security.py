@@ -16,8 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from delayq import constants as c
-from delayq.contract import Envelope
 from delayq.emitter import emit_batch, messages_from_event
+from delayq.envelope import Envelope
 from delayq.exceptions import ConfigurationError
 from delayq.kafka import producer_config
 from delayq.settings import Settings

@@ -15,7 +15,7 @@ import pytest
 
 from delayq import constants as c
 from delayq import runtime
-from delayq.contract import Envelope, decode_body
+from delayq.envelope import Envelope, decode_body
 from delayq.ingest import ingest_batch
 from delayq.retry import Deadline
 from delayq.settings import Settings

@@ -13,15 +13,15 @@ import pytest
 from delayq import buckets
 from delayq import constants as c
 from delayq.cleanup import is_ttl_removal
-from delayq.contract import (
+from delayq.emitter import messages_from_event
+from delayq.envelope import Envelope
+from delayq.records import (
     CancelRequest,
     DelayRequest,
-    Envelope,
     RejectedRecord,
     iter_event_records,
     parse_record,
 )
-from delayq.emitter import messages_from_event
 from delayq.settings import Settings
 from delayq.store import request_from_item
 from delayq_local.filters import EventFilter

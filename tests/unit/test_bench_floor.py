@@ -11,7 +11,7 @@ from bench import cpu, floor
 from bench.harness import InMemoryPipeline
 from bench.reference_mix import delay_request
 from bench.results import _floor_rows
-from delayq.contract import Envelope, encode_bundle
+from delayq.envelope import Envelope, encode_bundle
 from testkit.clock import NOW_MS
 from testkit.kafka import FakeProducer, ProducedRecord
 

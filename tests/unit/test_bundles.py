@@ -10,12 +10,7 @@ from typing import Any
 import pytest
 
 from delayq import constants as c
-from delayq.contract import (
-    Envelope,
-    bundle_bytes,
-    decode_body,
-    encode_bundle,
-)
+from delayq.envelope import Envelope, bundle_bytes, decode_body, encode_bundle
 from delayq.exceptions import ConfigurationError, EnvelopeError
 from delayq.queues import DelayQueue, SqsQueue
 from delayq.retry import Deadline

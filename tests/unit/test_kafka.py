@@ -15,7 +15,6 @@ import pytest
 from confluent_kafka import KafkaError
 from moto import mock_aws
 
-from delayq.contract import DelayRequest, delivery_headers
 from delayq.exceptions import ConfigurationError
 from delayq.kafka import (
     NO_REPORT,
@@ -30,6 +29,7 @@ from delayq.kafka import (
     producer_config,
     scram_credentials,
 )
+from delayq.records import DelayRequest, delivery_headers
 from delayq.settings import Settings
 from testkit.kafka import CapturedProducer, DeliveryCallback, FakeProducer
 from tests.factories import REGION

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from delayq.contract import DelayRequest, Reason, Rejection
 from delayq.exceptions import PayloadMissingError, PayloadStoreError
 from delayq.payloads import PayloadStore, parse_ref, payload_key
+from delayq.records import DelayRequest, Reason, Rejection
 from delayq.retry import Deadline
 from testkit.clock import NOW_MS, no_sleep_backoff
 from tests.factories import AwsResources, ClientProxy, client_error, delay_request

@@ -9,10 +9,11 @@ from typing import Any, cast
 import pytest
 
 from delayq import constants as c
-from delayq.contract import Reason, Rejection, decode_body
+from delayq.envelope import decode_body
 from delayq.exceptions import QueueError, RetriesExhaustedError
 from delayq.payloads import PayloadStore, parse_ref
 from delayq.queues import DelayQueue, Outgoing, RejectQueue, SqsQueue, TickQueue
+from delayq.records import Reason, Rejection
 from delayq.retry import Deadline
 from testkit.clock import NOW_MS, no_sleep_backoff
 from testkit.events import kafka_record

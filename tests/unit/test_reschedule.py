@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from delayq.contract import RescheduleRequest
+from delayq.records import RescheduleRequest
 from delayq.reschedule import copy_of, latest_per_id
 from testkit.clock import NOW_MS
 from tests.factories import delay_request

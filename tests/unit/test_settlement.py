@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from delayq.contract import Envelope
+from delayq.envelope import Envelope
 from delayq.kafka import Failure, Undelivered
 from delayq.settings import Settings
 from delayq.settlement import (

@@ -11,8 +11,8 @@ import pytest
 
 from delayq import buckets
 from delayq import constants as c
-from delayq.contract import DelayRequest
 from delayq.limits import parse_limits
+from delayq.records import DelayRequest
 from delayq.retry import Deadline
 from delayq.shaping import NoReleaseSlotError, Shaper, release_slots
 from delayq.store import MessageStore

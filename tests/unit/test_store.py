@@ -9,8 +9,8 @@ from typing import Any, cast
 import pytest
 
 from delayq import buckets
-from delayq.contract import CancelRequest, DelayRequest, RescheduleRequest
 from delayq.exceptions import RetriesExhaustedError, StoreError, WatermarkConflictError
+from delayq.records import CancelRequest, DelayRequest, RescheduleRequest
 from delayq.retry import Deadline
 from delayq.settings import Settings
 from delayq.store import (

@@ -12,9 +12,9 @@ import pytest
 
 from delayq import buckets
 from delayq import constants as c
-from delayq.contract import DelayRequest, estimated_body_bytes
 from delayq.exceptions import StoreError
 from delayq.ingest import needs_offload
+from delayq.records import DelayRequest, estimated_body_bytes
 from delayq.retry import Deadline
 from delayq.settings import Settings
 from delayq.store import MessageStore, message_item, request_from_item

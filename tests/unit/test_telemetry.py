@@ -14,10 +14,10 @@ from aws_lambda_powertools import Logger, Metrics
 
 from delayq import telemetry
 from delayq.cleanup import Outcome
-from delayq.contract import Reason, Rejection
 from delayq.emitter import EmitResult
 from delayq.ingest import IngestResult
 from delayq.producing import Delivery
+from delayq.records import Reason, Rejection
 from delayq.scheduler import ScheduleResult
 from delayq.settings import Settings
 from testkit.clock import NOW_MS

@@ -16,9 +16,9 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from delayq.buckets import bucket_key
-from delayq.contract import CancelRequest
 from delayq.exceptions import WatermarkConflictError
 from delayq.kafka import KafkaDelivery, OutRecord
+from delayq.records import CancelRequest
 from delayq.retry import Backoff, Deadline
 from delayq.store import MessageStore, Watermark, message_item
 from testkit.aws import (

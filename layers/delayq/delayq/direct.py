@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 
 from delayq import constants as c
 from delayq.clock import Clock, Sleep
-from delayq.contract import DelayRequest
 from delayq.exceptions import DelayQueueError
 from delayq.kafka import KafkaDelivery
 from delayq.producing import Delivery, produce_at_due, record_deliveries
+from delayq.records import DelayRequest
 from delayq.retry import Deadline
 from delayq.settings import Settings
 from delayq.stats import DeliveryStats

@@ -34,15 +34,7 @@ from typing import Any
 from delayq import buckets
 from delayq import constants as c
 from delayq.clock import Clock, Sleep
-from delayq.contract import (
-    BodyEntry,
-    DelayRequest,
-    Reason,
-    RejectedRecord,
-    Rejection,
-    dead_letter_text,
-    decode_body,
-)
+from delayq.envelope import BodyEntry, dead_letter_text, decode_body
 from delayq.exceptions import (
     DelayQueueError,
     EnvelopeError,
@@ -54,6 +46,7 @@ from delayq.kafka import Failure, KafkaDelivery, Undelivered
 from delayq.payloads import PayloadStore
 from delayq.producing import Delivery, produce_at_due, record_deliveries
 from delayq.queues import DelayQueue, QueueEntry, RejectQueue
+from delayq.records import DelayRequest, Reason, RejectedRecord, Rejection
 from delayq.retry import Deadline
 from delayq.settings import Settings
 from delayq.settlement import Retry, after_failure, when_due

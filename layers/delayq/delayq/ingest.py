@@ -21,7 +21,12 @@ from typing import Any
 from delayq import buckets
 from delayq import constants as c
 from delayq.clock import Clock, Sleep
-from delayq.contract import (
+from delayq.direct import DirectServices, deliver_direct, is_direct
+from delayq.exceptions import WatermarkConflictError
+from delayq.payloads import PayloadStore
+from delayq.producing import Delivery
+from delayq.queues import DelayQueue, RejectQueue
+from delayq.records import (
     CancelRequest,
     DelayRequest,
     Reason,
@@ -33,11 +38,6 @@ from delayq.contract import (
     parse_record,
     rejection_of,
 )
-from delayq.direct import DirectServices, deliver_direct, is_direct
-from delayq.exceptions import WatermarkConflictError
-from delayq.payloads import PayloadStore
-from delayq.producing import Delivery
-from delayq.queues import DelayQueue, RejectQueue
 from delayq.reschedule import reschedule
 from delayq.retry import Deadline
 from delayq.settings import Settings

@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from delayq import buckets
 from delayq.clock import iso_ms
-from delayq.contract import DelayRequest
+from delayq.records import DelayRequest
 from delayq.retry import Deadline
 from delayq.store import Marker, MessageStore
 

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from delayq import constants as c
-from delayq.contract import DelayRequest
 from delayq.exceptions import PayloadMissingError, PayloadStoreError
+from delayq.records import DelayRequest
 from delayq.retry import AWS_ERRORS, Backoff, Deadline, retry_call
 
 if TYPE_CHECKING:
-    from delayq.contract import Rejection
+    from delayq.records import Rejection
 
 PAYLOAD_PREFIX = "payloads/"
 REJECTED_PREFIX = "rejected/"

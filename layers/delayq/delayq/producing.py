@@ -15,9 +15,9 @@ from functools import partial
 from typing import Generic, TypeVar
 
 from delayq.clock import Clock, Sleep
-from delayq.contract import DelayRequest, delivery_headers
 from delayq.exceptions import DelayQueueError
 from delayq.kafka import NO_REPORT, KafkaDelivery, OutRecord, Undelivered
+from delayq.records import DelayRequest, delivery_headers
 from delayq.retry import Deadline
 from delayq.stats import DeliveryStats
 from delayq.store import MessageStore

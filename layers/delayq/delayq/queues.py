@@ -17,9 +17,10 @@ from typing import Any, TypeVar
 
 from delayq import buckets
 from delayq import constants as c
-from delayq.contract import DelayRequest, Envelope, Rejection, bundle_bytes, encode_bundle
+from delayq.envelope import Envelope, bundle_bytes, encode_bundle
 from delayq.exceptions import DelayQueueError, QueueError
 from delayq.payloads import PayloadStore
+from delayq.records import DelayRequest, Rejection
 from delayq.retry import AWS_ERRORS, Backoff, Deadline, is_retryable, retry_call, retry_partial
 
 _Item = TypeVar("_Item")
@@ -267,7 +268,7 @@ class DelayQueue:
     priority without a queue of its own uses it): a high-priority message never waits behind
     a burst of low-priority ones in the same queue. The same bundling serves the delay
     queue's dead-letter queue (the emitter dead-letters messages with their reason, see
-    ``delayq.contract.dead_letter_text``).
+    ``delayq.envelope.dead_letter_text``).
     """
 
     def __init__(

@@ -37,13 +37,14 @@ from typing import Any
 
 from delayq import constants as c
 from delayq.clock import Clock, Sleep, system_clock
-from delayq.contract import BodyEntry, Reason, RejectedRecord, Rejection, decode_body
 from delayq.emitter import DELAY_QUEUE_RECORD_KEYS, delay_queue_rejection, screen
+from delayq.envelope import BodyEntry, decode_body
 from delayq.exceptions import ConfigurationError, DelayQueueError, EnvelopeError
 from delayq.ingest import IngestServices, ingest_batch, parse_batch
 from delayq.pacing import Pacer
 from delayq.payloads import parse_ref
 from delayq.queues import SourceMessage, SourceQueue
+from delayq.records import Reason, RejectedRecord, Rejection
 from delayq.retry import AWS_ERRORS, Backoff, Deadline, retry_call
 from delayq.settings import Settings
 from delayq.stream_failures import SEND_CHUNK, requeue_failed_batches

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from delayq import constants as c
 from delayq.clock import Clock
-from delayq.contract import DelayRequest, Reason, RejectedRecord, RescheduleRequest
+from delayq.records import DelayRequest, Reason, RejectedRecord, RescheduleRequest
 from delayq.retry import Deadline
 from delayq.settings import Settings
 from delayq.store import Marker, MessageStore, cancel_covers

@@ -28,9 +28,10 @@ from dataclasses import dataclass
 
 from delayq import buckets
 from delayq import constants as c
-from delayq.contract import DelayRequest, Envelope
+from delayq.envelope import Envelope
 from delayq.kafka import Failure, Undelivered
 from delayq.queues import QueueEntry
+from delayq.records import DelayRequest
 from delayq.settings import Settings
 
 

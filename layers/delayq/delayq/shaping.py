@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 
 from delayq import buckets
 from delayq import constants as c
-from delayq.contract import DelayRequest
 from delayq.limits import TenantLimits
+from delayq.records import DelayRequest
 from delayq.retry import Deadline
 from delayq.store import MessageStore
 

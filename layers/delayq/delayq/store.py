@@ -18,14 +18,9 @@ from botocore.exceptions import ClientError
 
 from delayq import buckets
 from delayq import constants as c
-from delayq.contract import (
-    CancelRequest,
-    DelayRequest,
-    RescheduleRequest,
-    headers_from_json,
-    headers_json,
-)
+from delayq.envelope import headers_from_json, headers_json
 from delayq.exceptions import StoreError, WatermarkConflictError
+from delayq.records import CancelRequest, DelayRequest, RescheduleRequest
 from delayq.retry import AWS_ERRORS, Backoff, Deadline, is_retryable, retry_call, retry_partial
 
 Item = dict[str, Any]

@@ -24,9 +24,9 @@ from typing import Any
 from delayq import constants as c
 from delayq.cleanup import is_ttl_removal
 from delayq.clock import Clock
-from delayq.contract import DelayRequest
 from delayq.exceptions import DelayQueueError, StoreError
 from delayq.queues import DelayQueue
+from delayq.records import DelayRequest
 from delayq.retry import AWS_ERRORS, Backoff, Deadline, retry_call
 from delayq.store import request_from_item
 

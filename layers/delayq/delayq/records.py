@@ -1,8 +1,10 @@
-"""The message contract: a Kafka event record in, a typed delay request (or a rejection) out.
+"""Records of the delay topic: a Kafka event record in, a typed delay request, cancel or
+reschedule (or a rejection with its reason) out; and the headers of the record delivered.
 
 A delay request is an ordinary record on the delay topic: key and value are opaque bytes
 delivered unchanged, user headers are kept in order, and ``delay-*`` control headers say where
-and when. See ``docs/internals.md`` and the README for the full contract.
+and when. See ``docs/internals.md`` and the README for the full contract. How a request travels
+through the delay queue is :mod:`delayq.envelope`.
 """
 
 from __future__ import annotations
@@ -13,13 +15,13 @@ import dataclasses
 import enum
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 from delayq import constants as c
-from delayq.exceptions import EnvelopeError, MalformedEventError
+from delayq.exceptions import MalformedEventError
 from delayq.settings import Settings
 
 Headers = tuple[tuple[str, bytes | None], ...]
@@ -159,6 +161,57 @@ class Rejection:
 def headers_size(headers: Headers) -> int:
     """Bytes of header names and values."""
     return sum(len(name.encode()) + len(value or b"") for name, value in headers)
+
+
+def delivery_headers(
+    request: DelayRequest, emitted_ms: int, attempt: int
+) -> list[tuple[str, bytes | None]]:
+    """User headers in order, then the delivery headers consumers de-duplicate on."""
+    headers = [
+        *request.headers,
+        (c.HEADER_ID, request.delay_id.encode()),
+        (c.HEADER_DUE_MS, str(request.due_ms).encode()),
+        (c.HEADER_EMITTED_MS, str(emitted_ms).encode()),
+        (c.HEADER_ATTEMPT, str(attempt).encode()),
+    ]
+    if request.release_ms > request.due_ms:
+        headers.append((c.HEADER_RELEASE_MS, str(request.release_ms).encode()))
+    return headers
+
+
+def _b64_len(n: int) -> int:
+    return 4 * ((n + 2) // 3)
+
+
+def _json_text_len(text: str) -> int:
+    # Exact: json.dumps escapes non-ASCII (up to 12 characters for one code point).
+    return len(json.dumps(text))
+
+
+def _json_bytes_len(raw: bytes | None) -> int:
+    return 4 if raw is None else 2 + _b64_len(len(raw))  # null, or quoted base64
+
+
+def estimated_body_bytes(request: DelayRequest) -> int:
+    """An upper bound of the size of the request's delay-queue envelope
+    (``delayq.envelope.Envelope.encode``), without encoding it. It lives here because
+    :func:`parse_record` checks it, and the envelope module builds on this one."""
+    header_bytes = sum(_json_text_len(n) + 4 + _json_bytes_len(v) for n, v in request.headers)
+    return (
+        # The fixed field names and punctuation, the optional numbers and priority.
+        256
+        + 4 * 24
+        + 16
+        + _json_text_len(request.tenant)
+        + _json_text_len(request.delay_id)
+        + _json_text_len(request.target)
+        + _json_text_len(request.src)
+        + _json_text_len(request.moved_src)
+        + _json_bytes_len(request.key)
+        + _json_bytes_len(request.value)
+        + header_bytes
+        + _json_text_len(request.payload_ref or "")
+    )
 
 
 def iter_event_records(event: Any) -> Iterator[Any]:
@@ -458,301 +511,3 @@ def _header_ms(header: str, raw: str, timestamp_ms: int) -> int:
 _INTEGER = re.compile(r"-?[0-9]+", re.ASCII)
 _DECIMAL = re.compile(r"-?[0-9]+(\.[0-9]{1,9})?", re.ASCII)
 _MAX_DUE_DIGITS = 15
-
-
-# --- the delay-queue envelope -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Envelope:
-    """What travels through the delay queue (and sits in the store): one delay request."""
-
-    request: DelayRequest
-
-    def encode(self) -> str:
-        """The SQS body (JSON, version 1). ``ts``, ``pb`` (offloaded bytes), ``n`` (refused
-        deliveries), ``rl`` (release time), ``tn`` (tenant), ``pr`` (priority), ``mt`` and ``ms``
-        (the reschedule that moved it) are left out
-        when they have their default: readers take the default for a missing one."""
-        r = self.request
-        body: dict[str, Any] = {
-            "v": ENVELOPE_VERSION,
-            "id": r.delay_id,
-            "target": r.target,
-            "due_ms": r.due_ms,
-            "key": _enc(r.key),
-            "value": _enc(r.value),
-            "headers": [[n, _enc(v)] for n, v in r.headers],
-            "payload_ref": r.payload_ref,
-            "src": r.src,
-        }
-        for name, number in (
-            ("ts", r.ts_ms),
-            ("pb", r.offloaded_bytes),
-            ("n", r.attempts),
-            ("rl", r.release_ms),
-            ("mt", r.moved_ts_ms),
-        ):
-            if number:
-                body[name] = number
-        if r.moved_src:
-            body["ms"] = r.moved_src
-        if r.tenant:
-            body["tn"] = r.tenant
-        if r.priority != c.PRIORITY_NORMAL:
-            body["pr"] = r.priority
-        return json.dumps(body, separators=(",", ":"))
-
-    @classmethod
-    def decode(cls, body: str) -> Envelope:
-        """Parse a single-message (version 1) SQS body; raise :class:`EnvelopeError` if it
-        is not one (a bundle is not: see :func:`decode_body`)."""
-        try:
-            d = json.loads(body)
-        except ValueError as e:
-            raise EnvelopeError(f"not a delay-queue envelope: {e}") from e
-        return cls(_request_of(d))
-
-
-ENVELOPE_VERSION = 1
-BUNDLE_VERSION = 2
-# A bundle body is this prefix, the entries joined by commas, and the suffix: its size is
-# known from the entries' sizes without encoding it again.
-BUNDLE_PREFIX = '{"v":2,"messages":['
-BUNDLE_SUFFIX = "]}"
-
-
-def bundle_bytes(entry_bytes: int, count: int) -> int:
-    """The size of a bundle body holding ``count`` entries of ``entry_bytes`` in total."""
-    return len(BUNDLE_PREFIX) + entry_bytes + max(0, count - 1) + len(BUNDLE_SUFFIX)
-
-
-def encode_bundle(entries: Sequence[str]) -> str:
-    """A bundle body (version 2) of encoded single envelopes (``Envelope.encode``): one SQS
-    message for many requests. One entry is sent as it is: a bundle of one only costs bytes."""
-    if len(entries) == 1:
-        return entries[0]
-    return BUNDLE_PREFIX + ",".join(entries) + BUNDLE_SUFFIX
-
-
-@dataclass(frozen=True)
-class BodyEntry:
-    """One message of a delay-queue body: its request, or why it cannot be delivered.
-
-    ``text`` is the entry as a single-message body of its own (for a bundle entry, the entry
-    re-serialised as compact JSON: byte for byte what the sender encoded). It is what a
-    reject keeps and what a re-send puts back on the delay queue, so a claim-check pointer
-    travels as a pointer, never as the value it points at.
-    """
-
-    text: str
-    request: DelayRequest | None = None
-    error: str = ""
-
-
-def decode_body(body: str) -> list[BodyEntry]:
-    """Every message of a delay-queue body: a single envelope (version 1) or a bundle
-    (version 2). Raises :class:`EnvelopeError` when the body as a whole is not ours; a bad
-    entry of a good bundle comes back with its ``error`` and does not affect the others."""
-    try:
-        d = json.loads(body)
-    except ValueError as e:
-        raise EnvelopeError(f"not a delay-queue envelope: {e}") from e
-    if isinstance(d, Mapping) and d.get("v") == BUNDLE_VERSION:
-        return _bundle_entries(d)
-    return [BodyEntry(body, _request_of(d))]
-
-
-def _bundle_entries(d: Mapping[str, Any]) -> list[BodyEntry]:
-    messages = d.get("messages")
-    if set(d) != {"v", "messages"} or not isinstance(messages, list) or not messages:
-        raise EnvelopeError(
-            "not a delay-queue bundle: expected only 'v' and a non-empty 'messages' list"
-        )
-    if len(messages) > c.MAX_BUNDLE_ENTRIES:
-        raise EnvelopeError(
-            f"not a delay-queue bundle: {len(messages)} entries; at most {c.MAX_BUNDLE_ENTRIES}"
-        )
-    out: list[BodyEntry] = []
-    for index, entry in enumerate(messages):
-        text = json.dumps(entry, separators=(",", ":"))
-        try:
-            if not isinstance(entry, Mapping) or entry.get("v") != ENVELOPE_VERSION:
-                raise EnvelopeError(f"entry {index} is not a version 1 envelope")
-            out.append(BodyEntry(text, _request_of(entry)))
-        except EnvelopeError as e:
-            out.append(BodyEntry(text, error=f"bundle entry {index}: {e}"))
-    return out
-
-
-def _request_of(d: Any) -> DelayRequest:
-    """The request of a decoded version 1 envelope; :class:`EnvelopeError` if it is not one."""
-    try:
-        if d.get("v") != ENVELOPE_VERSION:
-            raise EnvelopeError(f"unknown envelope version {d.get('v')!r}")
-        due_ms, ref = d["due_ms"], d.get("payload_ref")
-        if not isinstance(due_ms, int) or isinstance(due_ms, bool):
-            raise EnvelopeError(f"not a delay-queue envelope: due_ms {due_ms!r}")
-        if ref is not None and not isinstance(ref, str):
-            raise EnvelopeError("not a delay-queue envelope: payload_ref")
-        return DelayRequest(
-            delay_id=_delay_id_of(d),
-            target=_text(d, "target"),
-            due_ms=due_ms,
-            key=_dec(d["key"]),
-            value=_dec(d["value"]),
-            headers=tuple((_name(n), _dec(v)) for n, v in d["headers"]),
-            src=_text(d, "src"),
-            payload_ref=ref,
-            ts_ms=_count(d, "ts"),
-            offloaded_bytes=_count(d, "pb"),
-            attempts=_count(d, "n"),
-            release_ms=_count(d, "rl"),
-            moved_ts_ms=_count(d, "mt"),
-            moved_src=_optional_text(d, "ms", ""),
-            tenant=_optional_text(d, "tn", ""),
-            priority=_known_priority(_optional_text(d, "pr", c.PRIORITY_NORMAL)),
-        )
-    except EnvelopeError:
-        raise
-    except (
-        ValueError,
-        KeyError,
-        TypeError,
-        AttributeError,
-        OverflowError,
-        binascii.Error,
-    ) as e:
-        raise EnvelopeError(f"not a delay-queue envelope: {e}") from e
-
-
-def _count(d: Mapping[str, Any], name: str) -> int:
-    value = d.get(name, 0)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise EnvelopeError(f"not a delay-queue envelope: {name} {value!r}")
-    return value
-
-
-def _optional_text(d: Mapping[str, Any], name: str, default: str) -> str:
-    value = d.get(name, default)
-    if not isinstance(value, str):
-        raise EnvelopeError(f"not a delay-queue envelope: {name} {value!r}")
-    return value
-
-
-def _known_priority(value: str) -> str:
-    if value not in c.PRIORITIES:
-        raise EnvelopeError(f"not a delay-queue envelope: priority {value!r}")
-    return value
-
-
-def _text(d: Mapping[str, Any], name: str) -> str:
-    value = d[name]
-    if not isinstance(value, str) or not value:
-        raise EnvelopeError(f"not a delay-queue envelope: {name}")
-    return value
-
-
-def _delay_id_of(d: Mapping[str, Any]) -> str:
-    value = _text(d, "id")
-    if len(value.encode("utf-8", "surrogatepass")) > c.MAX_ID_BYTES:
-        raise EnvelopeError("not a delay-queue envelope: id too long")
-    return value
-
-
-def _name(value: Any) -> str:
-    if not isinstance(value, str):
-        raise EnvelopeError("not a delay-queue envelope: header name")
-    return value
-
-
-def _b64_len(n: int) -> int:
-    return 4 * ((n + 2) // 3)
-
-
-def _json_text_len(text: str) -> int:
-    # Exact: json.dumps escapes non-ASCII (up to 12 characters for one code point).
-    return len(json.dumps(text))
-
-
-def _json_bytes_len(raw: bytes | None) -> int:
-    return 4 if raw is None else 2 + _b64_len(len(raw))  # null, or quoted base64
-
-
-def estimated_body_bytes(request: DelayRequest) -> int:
-    """An upper bound of the encoded envelope size, without encoding it."""
-    header_bytes = sum(_json_text_len(n) + 4 + _json_bytes_len(v) for n, v in request.headers)
-    return (
-        # The fixed field names and punctuation, the optional numbers and priority.
-        256
-        + 4 * 24
-        + 16
-        + _json_text_len(request.tenant)
-        + _json_text_len(request.delay_id)
-        + _json_text_len(request.target)
-        + _json_text_len(request.src)
-        + _json_text_len(request.moved_src)
-        + _json_bytes_len(request.key)
-        + _json_bytes_len(request.value)
-        + header_bytes
-        + _json_text_len(request.payload_ref or "")
-    )
-
-
-DEAD_LETTER_KEY = "dead_letter"
-
-
-def dead_letter_text(entry_text: str, reason: str, detail: str, at_ms: int) -> str:
-    """A single envelope as the emitter dead-letters it: the entry as it was queued (a
-    claim-check pointer stays a pointer), with why and when under ``dead_letter``. Readers
-    of envelopes ignore the extra key, so a redrive reads it like any other."""
-    body = json.loads(entry_text)
-    body[DEAD_LETTER_KEY] = {"reason": reason, "detail": detail, "at_ms": at_ms}
-    return json.dumps(body, separators=(",", ":"))
-
-
-def dead_letter_of(entry_text: str) -> Mapping[str, Any] | None:
-    """The ``dead_letter`` record of an entry (None for one dead-lettered by SQS's redrive
-    policy after ``maxReceiveCount`` receives: an invocation that crashed or timed out)."""
-    try:
-        body = json.loads(entry_text)
-    except ValueError:
-        return None
-    found = body.get(DEAD_LETTER_KEY) if isinstance(body, Mapping) else None
-    return found if isinstance(found, Mapping) else None
-
-
-def delivery_headers(
-    request: DelayRequest, emitted_ms: int, attempt: int
-) -> list[tuple[str, bytes | None]]:
-    """User headers in order, then the delivery headers consumers de-duplicate on."""
-    headers = [
-        *request.headers,
-        (c.HEADER_ID, request.delay_id.encode()),
-        (c.HEADER_DUE_MS, str(request.due_ms).encode()),
-        (c.HEADER_EMITTED_MS, str(emitted_ms).encode()),
-        (c.HEADER_ATTEMPT, str(attempt).encode()),
-    ]
-    if request.release_ms > request.due_ms:
-        headers.append((c.HEADER_RELEASE_MS, str(request.release_ms).encode()))
-    return headers
-
-
-def _enc(raw: bytes | None) -> str | None:
-    return None if raw is None else base64.b64encode(raw).decode("ascii")
-
-
-def _dec(text: Any) -> bytes | None:
-    if text is None:
-        return None
-    return base64.b64decode(text, validate=True)
-
-
-def headers_json(headers: Headers) -> str:
-    """Headers as stored in DynamoDB (a JSON list of ``[name, base64|null]``)."""
-    return json.dumps([[n, _enc(v)] for n, v in headers], separators=(",", ":"))
-
-
-def headers_from_json(text: str) -> Headers:
-    """Inverse of :func:`headers_json`."""
-    return tuple((str(n), _dec(v)) for n, v in json.loads(text))
