@@ -98,6 +98,8 @@ class Ttl:
         self.table = table
         self.name = name
         self.stream: list[StreamRecord] = []
+        # Called after each sweep that appended stream records (the stream's event source).
+        self.on_records: Callable[[], None] = lambda: None
         self.deleted = 0
         self._when: dict[tuple[str, str, str], int] = {}
         self._sequence = 0
@@ -109,6 +111,7 @@ class Ttl:
     def sweep(self) -> None:
         """Delete what is due for deletion; draw the moment of what has just expired."""
         now = self.world.now_ms
+        before = len(self.stream)
         for item in self.table.items(self.name):
             expires = item.get(c.ATTR_TTL, {}).get("N")
             if expires is None or int(expires) * 1000 > now:
@@ -121,6 +124,8 @@ class Ttl:
             if when <= now:
                 self._delete(item)
                 del self._when[key]
+        if len(self.stream) > before:
+            self.on_records()
         self.world.at(now + self.SWEEP_MS, self.sweep)
 
     def _delete(self, item: dict[str, Any]) -> None:

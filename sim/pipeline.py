@@ -66,8 +66,13 @@ DELAY_MAX_RECEIVES: Final = 10
 TICK_VISIBILITY_S: Final = 360
 TICK_MAX_RECEIVES: Final = 5
 TIMER_RETRIES: Final = 2
-STREAM_BATCH: Final = 100
+# The cleanup function's stream event source (template.yaml): BatchSize, the batching window,
+# MaximumRetryAttempts; a failed invocation halves the batch it retries
+# (BisectBatchOnFunctionError); a partial batch response resumes from the first failed record.
+STREAM_BATCH: Final = 500
+STREAM_WINDOW_MS: Final = 5000
 STREAM_RETRIES: Final = 10
+STREAM_RETRY_MS: Final = 1000
 
 
 def sim_settings(roles: Roles, **overrides: Any) -> Settings:
@@ -184,7 +189,9 @@ class Pipeline:
         self._ticking = False
         self._stream_position = 0
         self._stream_busy = False
+        self._stream_polling = False
         self._stream_attempts = 0
+        self._stream_batch = STREAM_BATCH  # halved after a failed invocation
 
     # --- set-up ---------------------------------------------------------------------------
 
@@ -223,8 +230,8 @@ class Pipeline:
 
     def start(self, until_ms: int) -> None:
         """Start the periodic sources: EventBridge's ticks until ``until_ms``, TTL sweeps."""
+        self.ttl.on_records = lambda: self._wake_stream(STREAM_WINDOW_MS)
         self.ttl.start()
-        self.world.at(self.world.now_ms + 1000, self.poll_stream)
         period = self.settings.tick_seconds * 1000
         first = (self.world.now_ms // period + 1) * period
         for start in range(first, until_ms, period):
@@ -512,15 +519,24 @@ class Pipeline:
 
     # --- DynamoDB stream -> cleanup -------------------------------------------------------
 
+    def _wake_stream(self, after_ms: int) -> None:
+        """Look at the stream ``after_ms`` from now, unless a look or a batch is under way."""
+        if self._stream_busy or self._stream_polling:
+            return
+        if self._stream_position >= len(self.ttl.stream):
+            return
+        self._stream_polling = True
+        self.world.at(self.world.now_ms + after_ms, self.poll_stream)
+
     def poll_stream(self) -> None:
-        """Read the stream from the event source's position (called once a second)."""
-        self.world.at(self.world.now_ms + 1000, self.poll_stream)
+        """Invoke cleanup with the next batch from the event source's position."""
+        self._stream_polling = False
         if self._stream_busy or self._stream_position >= len(self.ttl.stream):
             return
         start = self._stream_position
-        batch = self.ttl.stream[start : start + STREAM_BATCH]
+        batch = self.ttl.stream[start : start + self._stream_batch]
         self._stream_busy = True
-        first_failed: list[int] = []
+        failed: list[int] = []
 
         def body(cn: _Container, invocation: Invocation) -> None:
             cleanup = TtlCleanup(
@@ -528,31 +544,35 @@ class Pipeline:
                 clock=cn.clock,
                 deadline=self.world.deadline(invocation),
             )
+            # As the handler's batch processor: every record is tried, each failure reported.
             for index, record in enumerate(batch):
                 try:
                     cleanup.handle(record.raw)
-                except Exception as e:  # noqa: BLE001 -- reported as the batch item failure
+                except Exception as e:  # noqa: BLE001 -- reported as a batch item failure
                     self.world.note(f"cleanup record {record.sequence} failed: {e}")
-                    first_failed.append(index)
-                    return
+                    failed.append(index)
 
         def done(ok: bool) -> None:
             self._stream_busy = False
-            processed = (
-                len(batch) if ok and not first_failed else (first_failed[0] if first_failed else 0)
-            )
-            if processed == len(batch):
+            if ok and not failed:
                 self._stream_position = start + len(batch)
                 self._stream_attempts = 0
+                self._stream_batch = STREAM_BATCH
+                self._wake_stream(0)
                 return
-            self._stream_position = start + processed
+            if ok:  # a partial batch response: the source resumes from the first failure
+                self._stream_position = start + failed[0]
+            else:  # the invocation failed: its batch is split for the retry
+                self._stream_batch = max(1, len(batch) // 2)
             self._stream_attempts += 1
             if self._stream_attempts > STREAM_RETRIES:
-                rest = batch[processed:]
+                rest = self.ttl.stream[self._stream_position : start + len(batch)]
                 self.cleanup_failures.extend(r.raw for r in rest)
                 self.world.faults["stream-on-failure"] += len(rest)
                 self._stream_position = start + len(batch)
                 self._stream_attempts = 0
+                self._stream_batch = STREAM_BATCH
+            self._wake_stream(STREAM_RETRY_MS)
 
         self._invoke("cleanup", body, done)
 

@@ -15,16 +15,19 @@ import pytest
 from delayq import constants as c
 from delayq import retry
 from delayq.buckets import expires_at
+from delayq.cleanup import TtlCleanup
 from delayq.kafka import KafkaDelivery, OutRecord
 from delayq.store import MessageStore, Page
 from sim.__main__ import main, seeds_of
+from sim.aws import StreamRecord
 from sim.checker import Checker
 from sim.faults import Knobs
 from sim.iam import roles
 from sim.pipeline import Pipeline, sim_settings
 from sim.run import run_seed, simulate
 from sim.workload import Shape, Workload
-from sim.world import World
+from sim.world import Crash, World
+from testkit.clock import NOW_MS
 from testkit.kafka import ProducedRecord
 
 # A small run: 80 requests written over 5 minutes, due within 40 minutes.
@@ -229,3 +232,50 @@ def test_the_simulator_finds_a_planted_defect(
     assert run_seed(seed).ok
     plant(monkeypatch)
     assert kind in {v.kind for v in run_seed(seed).verdict.violations}
+
+
+def _stream_run(
+    fails: Callable[[int, int], BaseException | None],
+) -> tuple[Pipeline, list[int]]:
+    """A calm pipeline whose stream holds records 1-8; ``fails(sequence, call)`` gives what
+    the n-th handle() call raises, if anything. Returns the pipeline and the sequence numbers
+    handled, in order."""
+    world = World(1, NOW_MS)
+    pipeline = Pipeline(world, Knobs.calm())
+    seen: list[int] = []
+
+    def handle(self: TtlCleanup, record: Any) -> None:
+        sequence = int(record["eventID"])
+        seen.append(sequence)
+        error = fails(sequence, len(seen) - 1)
+        if error is not None:
+            raise error
+
+    for n in range(1, 9):
+        pipeline.ttl.stream.append(StreamRecord(n, {"eventID": str(n)}))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(TtlCleanup, "handle", handle)
+        pipeline.poll_stream()
+        world.run_until(NOW_MS + 120_000)
+    world.stop()
+    return pipeline, seen
+
+
+def test_the_stream_source_resumes_from_the_first_failed_record() -> None:
+    # Record 3 fails once: every record of the batch is tried (as the handler's batch
+    # processor does), and the retry starts at record 3.
+    pipeline, seen = _stream_run(
+        lambda sequence, call: RuntimeError("once") if (sequence, call) == (3, 2) else None
+    )
+    assert seen == [1, 2, 3, 4, 5, 6, 7, 8, 3, 4, 5, 6, 7, 8]
+    assert pipeline.cleanup_failures == []
+
+
+def test_a_failed_invocation_halves_its_batch_and_a_poison_record_goes_to_the_destination() -> None:
+    # Record 5 kills every invocation that reaches it: the first batch (1-8) dies there, its
+    # retry takes half (1-4) and succeeds; from 5 on the batch halves down to record 5 alone,
+    # which goes to the on-failure destination after the retries; 6-8 are then handled.
+    pipeline, seen = _stream_run(lambda sequence, _: Crash("dies") if sequence == 5 else None)
+    assert seen[:10] == [1, 2, 3, 4, 5, 1, 2, 3, 4, 5]
+    assert seen[-3:] == [6, 7, 8]
+    assert [r["eventID"] for r in pipeline.cleanup_failures] == ["5"]
