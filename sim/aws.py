@@ -169,6 +169,9 @@ class TargetCluster:
 
     outages: list[tuple[int, int]] = field(default_factory=list)
     log: list[Produced] = field(default_factory=list)
+    # The target topics' max.message.bytes: what the README asks for (the payload limit +
+    # 64 KiB); a larger record is refused by the broker.
+    max_message_bytes: int = c.DEFAULT_MAX_PAYLOAD_BYTES + c.KAFKA_RECORD_OVERHEAD_BYTES
 
     def down(self, now_ms: int) -> bool:
         """Whether brokers cannot be reached at ``now_ms``."""
@@ -216,6 +219,11 @@ class SimProducer(FakeProducer):
         if self.cluster.down(self.world.now_ms):
             self.world.faults["kafka-down"] += 1
             return KafkaError(KafkaError._TRANSPORT)
+        size = len(record.key or b"") + len(record.value or b"")
+        size += sum(len(name) + len(value or b"") for name, value in record.headers)
+        if size > self.cluster.max_message_bytes:
+            self.world.faults["kafka-record-too-large"] += 1
+            return KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
         self.cluster.log.append(Produced(record, self.world.now_ms, self.function))
         if self.world.chance(self.knobs.report_lost, "kafka-report-lost"):
             return KafkaError(KafkaError._MSG_TIMED_OUT)

@@ -73,8 +73,11 @@ class Knobs:
     # Per record produced: the delivery report lost after the write; produce() refused.
     report_lost: float = 0.005
     produce_refused: float = 0.003
-    # Per function: its clock is off by up to this much (either way).
+    # Per execution environment: its clock is off by up to this much (either way), and drifts
+    # by up to this many parts per million; when the drift would take it past the bound, time
+    # sync steps it back within (forwards or backwards, as NTP may).
     clock_skew_ms: int = 400
+    clock_drift_ppm: int = 200
 
     @classmethod
     def calm(cls) -> Knobs:
@@ -109,6 +112,29 @@ def _throttled(service: str, operation: str) -> ClientError:
         },
         operation,
     )
+
+
+class DriftingClock:
+    """An execution environment's clock: the true time plus an offset that starts anywhere
+    within ``bound_ms`` and drifts at a fixed rate; past the bound it is stepped to a new
+    offset within it (counted as ``clock-step``). ``behind_ms`` is subtracted throughout."""
+
+    def __init__(self, world: World, knobs: Knobs, behind_ms: int = 0) -> None:
+        self._world = world
+        self._bound = knobs.clock_skew_ms
+        self._offset = float(world.rng.randint(-self._bound, self._bound))
+        self._rate = world.rng.uniform(-1, 1) * knobs.clock_drift_ppm / 1_000_000
+        self._at = world.now_ms
+        self._behind = behind_ms
+
+    def __call__(self) -> int:
+        now = self._world.now_ms
+        offset = self._offset + (now - self._at) * self._rate
+        if abs(offset) > self._bound:
+            offset = float(self._world.rng.randint(-self._bound, self._bound))
+            self._world.faults["clock-step"] += 1
+        self._offset, self._at = offset, now
+        return now + round(offset) - self._behind
 
 
 @dataclass

@@ -42,7 +42,7 @@ from delayq.settings import Settings
 from delayq.stats import DeliveryStats
 from delayq.store import MessageStore
 from sim.aws import ReplicatedDynamoDB, SimProducer, TargetCluster, Ttl
-from sim.faults import Faulty, Knobs, RetryLedger
+from sim.faults import DriftingClock, Faulty, Knobs, RetryLedger
 from sim.iam import Roles, roles
 from sim.workload import PARTITIONS
 from sim.world import Crash, Invocation, World
@@ -181,6 +181,7 @@ class Pipeline:
         self.scheduler_down: tuple[int, int] = (0, 0)
         self.ingest_stalls: list[tuple[int, int, int]] = []  # (partition, from, until)
         self.scheduler_runs: list[SchedulerRun] = []  # the runs that returned
+        self.retries = RetryLedger()  # transient errors the invocations have not retried yet
         self.ingest_behind_ms = 0
         self.invocations: dict[str, int] = dict.fromkeys(TIMEOUT_S, 0)
         self._containers = {f: _Containers(partial(self._container, f)) for f in TIMEOUT_S}
@@ -200,15 +201,12 @@ class Pipeline:
         serial = SerialExecutor()
         backoff = Backoff(rng=world.rng, sleep=world.sleep)
         guard = self.roles.guard
-        self.retries = RetryLedger()
         ledger = self.retries
         sqs = Faulty(_Notifying(self.sqs, self._sent), world, knobs, "sqs", guard, ledger=ledger)
         dynamodb = Faulty(self.dynamodb, world, knobs, "dynamodb", guard, ledger=ledger)
         s3 = Faulty(self.s3, world, knobs, "s3", guard, ledger=ledger)
-        # Each execution environment's clock is off by its own amount.
-        skew = world.rng.randint(-knobs.clock_skew_ms, knobs.clock_skew_ms)
-        if function == "ingest":
-            skew -= self.ingest_behind_ms
+        # Each execution environment's clock is off by its own, drifting, amount.
+        clock = DriftingClock(world, knobs, self.ingest_behind_ms if function == "ingest" else 0)
         store = message_store(dynamodb, s, backoff, serial)
         payloads = PayloadStore(s3, s.payload_bucket, backoff, executor=serial)
         producer = SimProducer(world, knobs, self.cluster, function)
@@ -217,7 +215,7 @@ class Pipeline:
             return SqsQueue(sqs, url, backoff, executor=serial)
 
         return _Container(
-            clock=lambda: world.now_ms + skew,
+            clock=clock,
             store=store,
             payloads=payloads,
             delay_queue=DelayQueue(queue(s.delay_queue_url), s.emit_lead_ms),

@@ -3,7 +3,7 @@
 Delays across both paths and the horizon boundary (due now or past, within the direct window,
 seconds, minutes, either side of 15 minutes, hours), same-second bursts, cancels before and
 after delivery, ids reused after a cancel, reschedules earlier and later, values large enough
-to be offloaded to S3, and invalid records.
+to be offloaded to S3 and records exactly at the payload limit, and invalid records.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ class Shape:
     reuse_after_cancel: float = 0.35
     reschedule: float = 0.08
     large: float = 0.05
+    at_limit: float = 0.01  # values making the record exactly the payload limit (1 MiB)
     invalid: float = 0.03
 
 
@@ -97,7 +98,9 @@ def generate(rng: random.Random, start_ms: int, shape: Shape) -> Workload:
         return f"m-{counter}"
 
     def delay(send_ms: int, due_ms: int, delay_id: str, relative: bool = False) -> Intent:
-        large = rng.random() < shape.large
+        draw = rng.random()
+        large = draw < shape.large
+        at_limit = draw >= 1 - shape.at_limit
         value = rng.randbytes(LARGE_BYTES if large else rng.randint(1, 600))
         headers = [
             (c.HEADER_TARGET, rng.choice(TARGETS).encode()),
@@ -109,6 +112,9 @@ def generate(rng: random.Random, start_ms: int, shape: Shape) -> Workload:
             headers.append((c.HEADER_DELIVER_AT, str(due_ms).encode()))
         headers.append(("trace", rng.randbytes(8).hex().encode()))
         key = delay_id.encode() if rng.random() < 0.8 else None
+        if at_limit:  # key + value + user headers exactly at the limit ingest accepts
+            user = sum(len(n) + len(v) for n, v in headers if not n.startswith("delay-"))
+            value = rng.randbytes(c.DEFAULT_MAX_PAYLOAD_BYTES - len(key or b"") - user)
         return Intent(
             "delay",
             send_ms,

@@ -36,7 +36,7 @@ SMALL = Shape(messages=80, window_ms=5 * 60_000, max_delay_ms=40 * 60_000)
 
 @cache
 def calm_run() -> tuple[Pipeline, Workload]:
-    return simulate(13, SMALL, Knobs.calm())  # a seed with timely cancels, reschedules, rejects
+    return simulate(11, SMALL, Knobs.calm())  # a seed with timely cancels, reschedules, rejects
 
 
 def violations(pipeline: Pipeline, workload: Workload) -> list[str]:
@@ -212,14 +212,14 @@ def _scheduler_skips_expired_items(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(MessageStore, "_query_page", query_page)
 
 
-# Defects the simulator finds, each with a seed that shows it (the seeds are the first of 0-39
-# that do; a change to the workload or the knobs may move them).
+# Defects the simulator finds, each with a seed that shows it (a change to the workload or the
+# knobs may move them: find another with a few seeds of the plant).
 @pytest.mark.parametrize(
     ("plant", "seed", "kind"),
     [
         (_direct_path_skips_cancel_markers, 35, "cancel"),
         (_network_errors_not_retried, 0, "unretried"),
-        (_scheduler_skips_expired_items, 3, "held"),
+        (_scheduler_skips_expired_items, 2, "held"),
     ],
     ids=["direct-path-cancel", "network-errors", "expired-items"],
 )

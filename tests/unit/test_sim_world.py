@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import random
 from dataclasses import replace
 from typing import Any
 
@@ -11,8 +13,9 @@ from confluent_kafka import KafkaError
 
 from delayq import constants as c
 from sim.aws import ReplicatedDynamoDB, SimProducer, TargetCluster, Ttl
-from sim.faults import Faulty, Knobs, RetryLedger
+from sim.faults import DriftingClock, Faulty, Knobs, RetryLedger
 from sim.iam import roles
+from sim.workload import Shape, generate
 from sim.world import Crash, Invocation, World
 from testkit.aws import FakeSqs, RequestCounter
 from testkit.clock import NOW_MS
@@ -335,6 +338,29 @@ def test_a_cluster_outage_fails_each_record_with_a_transport_error() -> None:
     assert cluster.log == []
 
 
+def test_a_record_over_the_topics_size_limit_is_refused_by_the_broker() -> None:
+    w = world()
+    cluster = TargetCluster(max_message_bytes=0)  # one byte of value is too much
+    (error,) = produce(SimProducer(w, CALM, cluster, "emitter"))
+    assert error.code() == KafkaError.MSG_SIZE_TOO_LARGE
+    assert cluster.log == []
+    assert w.faults["kafka-record-too-large"] == 1
+
+
+def test_the_workload_writes_records_exactly_at_the_payload_limit() -> None:
+    workload = generate(random.Random(5), NOW_MS, Shape(messages=400, at_limit=0.05))
+    at_limit = [
+        i
+        for i in workload.intents
+        if i.kind == "delay"
+        and len(i.key or b"")
+        + len(i.value or b"")
+        + sum(len(n) + len(v) for n, v in i.headers if not n.startswith("delay-"))
+        == c.DEFAULT_MAX_PAYLOAD_BYTES
+    ]
+    assert len(at_limit) >= 5
+
+
 def test_a_lost_delivery_report_comes_after_the_write() -> None:
     w = world()
     cluster = TargetCluster()
@@ -379,3 +405,27 @@ def test_a_call_the_role_does_not_grant_is_refused_as_aws_refuses_it() -> None:
     assert denial.function == "timer"
     assert "sqs:SendMessage" in str(denial)
     assert w.faults["iam-denied"] == 1
+
+
+def test_an_environments_clock_drifts_within_its_bound_and_is_stepped_back_into_it() -> None:
+    w = world(3)
+    knobs = replace(CALM, clock_skew_ms=400, clock_drift_ppm=1_000)
+    clock = DriftingClock(w, knobs, behind_ms=60_000)
+    offsets = []
+    for _ in range(5 * 3600):  # five hours, a reading a second
+        w.now_ms += 1000
+        offsets.append(clock() - w.now_ms + 60_000)
+    assert all(-400 <= o <= 400 for o in offsets)
+    assert w.faults["clock-step"] >= 3  # 1,000 ppm crosses 800 ms within 15 minutes at most
+    # Between steps the offset moves steadily: at most 1 ms a second at 1,000 ppm (+ rounding).
+    steady = [abs(b - a) for a, b in itertools.pairwise(offsets) if abs(b - a) <= 2]
+    assert len(steady) >= len(offsets) - 1 - w.faults["clock-step"]
+
+
+def test_without_drift_the_offset_stays_put() -> None:
+    w = world(4)
+    clock = DriftingClock(w, replace(CALM, clock_skew_ms=400, clock_drift_ppm=0))
+    first = clock() - w.now_ms
+    w.now_ms += 3_600_000
+    assert clock() - w.now_ms == first
+    assert -400 <= first <= 400
