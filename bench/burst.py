@@ -32,7 +32,7 @@ from delayq.scheduler import run_scheduler
 from testkit.clock import NOW_MS, FakeClock, no_sleep_backoff
 from testkit.services import message_store
 
-# Documented AWS limits (DESIGN.md section 5 and the service quotas pages).
+# Documented AWS limits (the services' quotas pages).
 DDB_PARTITION_WCU: Final = 1000
 DDB_PARTITION_RCU: Final = 3000
 ESM_SQS_MAX_CONCURRENCY: Final = 1250

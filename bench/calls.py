@@ -22,7 +22,7 @@ from typing import Any, Final
 from bench.harness import InMemoryPipeline
 from bench.reference_mix import (
     DELAY_TOPIC,
-    ISSUE_7,
+    REFERENCE_MIX,
     Workload,
     batched,
     kafka_record,
@@ -156,7 +156,9 @@ def _records(
     return records
 
 
-def run_path(path: str, count: int, workload: Workload = ISSUE_7, seed: int = 11) -> PathCounts:
+def run_path(
+    path: str, count: int, workload: Workload = REFERENCE_MIX, seed: int = 11
+) -> PathCounts:
     """Run one path's workload through ingest, scheduler and the emitter; count every call."""
     rng = random.Random(seed)
     pipeline = InMemoryPipeline.create()
@@ -223,7 +225,7 @@ def run_path(path: str, count: int, workload: Workload = ISSUE_7, seed: int = 11
         pipeline.close()
 
 
-def run_reschedules(count: int, workload: Workload = ISSUE_7, seed: int = 11) -> PathCounts:
+def run_reschedules(count: int, workload: Workload = REFERENCE_MIX, seed: int = 11) -> PathCounts:
     """Store ``count`` long messages, then count what ingest calls for one reschedule record
     each (an hour later: the copy is stored too). The messages' own requests are not counted:
     they are the ``long`` path's."""
@@ -326,7 +328,7 @@ class CallFigures:
         }
 
 
-def measure_calls(cfg: CallSettings, workload: Workload = ISSUE_7) -> CallFigures:
+def measure_calls(cfg: CallSettings, workload: Workload = REFERENCE_MIX) -> CallFigures:
     """Run the five paths."""
     paths = {
         "short": run_path("short", cfg.messages, workload, cfg.seed),

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from typing import Any, Final
 
-from bench.reference_mix import DAY_SECONDS, ISSUE_7, VALUE_BYTES, Workload, delay_request
+from bench.reference_mix import DAY_SECONDS, REFERENCE_MIX, VALUE_BYTES, Workload, delay_request
 from bench.template import FunctionConfig, deployed
 from delayq import buckets
 from delayq.store import message_item
@@ -652,8 +652,8 @@ def eventbridge_scheduler(
         producer_detail="one invocation per message (Scheduler has no Kafka target)",
     )
     cost.notes.append(
-        "precision: DESIGN.md credits one-time schedules with ~60 s; the default quota of "
-        "1 M schedules per account is far below the ~2 x 10^8 pending at 100 M/day"
+        "precision: one-time schedules fire within about a minute of their time; the default "
+        "quota of 1 M schedules per account is far below the ~2 x 10^8 pending at 100 M/day"
     )
     return cost
 
@@ -777,7 +777,7 @@ class CostModel:
 
 def build(
     m: MeasuredInputs,
-    workload: Workload = ISSUE_7,
+    workload: Workload = REFERENCE_MIX,
     functions: FunctionConfig | None = None,
     assumptions: Assumptions | None = None,
 ) -> CostModel:

@@ -25,7 +25,7 @@ from typing import Any, Final
 from bench import floor
 from bench.harness import InMemoryPipeline, bench_settings
 from bench.reference_mix import (
-    ISSUE_7,
+    REFERENCE_MIX,
     VALUE_BYTES,
     Workload,
     batched,
@@ -171,7 +171,7 @@ def profile_top(prepare: Callable[[], _Run], limit: int = 18) -> list[str]:
 # --- ingest ----------------------------------------------------------------------------------
 
 
-def ingest_events(cfg: CpuSettings, workload: Workload = ISSUE_7) -> list[dict[str, Any]]:
+def ingest_events(cfg: CpuSettings, workload: Workload = REFERENCE_MIX) -> list[dict[str, Any]]:
     """The Kafka events of one ingest run (the same for every run)."""
     rng = random.Random(cfg.seed)
     total = cfg.ingest_batches * cfg.ingest_batch_size
@@ -196,7 +196,7 @@ def ingest_requests(events: Sequence[Any]) -> list[floor.CapturedRequest]:
 
 
 def prepare_ingest_floor(
-    cfg: CpuSettings, workload: Workload = ISSUE_7
+    cfg: CpuSettings, workload: Workload = REFERENCE_MIX
 ) -> tuple[Callable[[], _Run], list[floor.CapturedRequest]]:
     """The ingest floor on the events of :func:`prepare_ingest`, with the requests the
     handler sent for them."""
@@ -210,7 +210,7 @@ def prepare_ingest_floor(
 
 
 def prepare_ingest(
-    cfg: CpuSettings, workload: Workload = ISSUE_7
+    cfg: CpuSettings, workload: Workload = REFERENCE_MIX
 ) -> tuple[Callable[[], _Run], dict[str, Any]]:
     """Kafka batches of 1 KB records with the workload's delay mix, relative to the record
     timestamp (``delay-ms``); the clock stands still at the batch's timestamp."""
@@ -241,7 +241,7 @@ def prepare_ingest(
 
 
 def prepare_scheduler(
-    cfg: CpuSettings, workload: Workload = ISSUE_7
+    cfg: CpuSettings, workload: Workload = REFERENCE_MIX
 ) -> tuple[Callable[[], _Run], dict[str, Any]]:
     """``scheduler_seconds`` due-seconds holding ``per_second`` stored 1 KB messages each, over
     the shards; the watermark and the clock are set so that one run covers exactly them."""

@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from bench.harness import InMemoryPipeline
 from bench.reference_mix import (
-    ISSUE_7,
+    REFERENCE_MIX,
     batched,
     emitter_events,
     kafka_record,
@@ -176,7 +176,7 @@ def measure_handlers(
     import random  # noqa: PLC0415 -- only here
 
     rng = random.Random(seed)
-    delays = mixed_delays_ms(ingest_batches * 100, ISSUE_7, rng)
+    delays = mixed_delays_ms(ingest_batches * 100, REFERENCE_MIX, rng)
     now = int(time.time() * 1000)  # the handlers use the system clock
     records = [kafka_record(i, delay_ms=d, timestamp_ms=now) for i, d in enumerate(delays)]
     ingest_events = [kafka_event(*c) for c in batched(records, 100)]

@@ -106,7 +106,7 @@ class Workload:
         )
 
 
-ISSUE_7 = Workload()
+REFERENCE_MIX = Workload()
 
 
 def kafka_record(

@@ -23,7 +23,7 @@ from bench.harness import bench_settings
 from bench.local_stack import LocalOptions
 from bench.local_stack import measure as measure_local
 from bench.machine import describe
-from bench.reference_mix import ISSUE_7
+from bench.reference_mix import REFERENCE_MIX
 from testkit.aws import write_units
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ def run(options: Options, out: TextIO = sys.stderr) -> dict[str, Any]:
     """Every figure; the document written to bench.json."""
     machine = describe()
     settings = bench_settings()
-    workload = ISSUE_7
+    workload = REFERENCE_MIX
 
     t = _step(out, "handler CPU (in-memory clients) and CPU against each handler's floor")
     figures, vs_floor = cpu_mod.measure_with_floor(options.cpu, profile=options.profile)

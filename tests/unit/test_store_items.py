@@ -32,7 +32,7 @@ def item(request: DelayRequest) -> dict[str, Any]:
 
 
 def json_message(index: int = 1) -> DelayRequest:
-    """Issue 7's 1 KB message: 16 B key, one 16 B header, a 984 B JSON event."""
+    """The benchmark's 1 KB message: 16 B key, one 16 B header, a 984 B JSON event."""
     return delay_request(
         delay_id=f"delay-requests-0-{index}",
         src=f"delay-requests-0-{index}",
