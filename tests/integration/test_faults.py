@@ -1,4 +1,4 @@
-"""Fault injection on the embedded stack (issue 6): each scenario runs the demo workload (both
+"""Fault injection on the embedded stack: each scenario runs the demo workload (both
 paths, a same-second burst, cancels, invalid records) on a fresh stack with a fault plan, and
 checks that every accepted message arrives at least once and none early, and that the faults
 really fired. Duplicates and lateness are printed and collected into `results/faults.json`."""

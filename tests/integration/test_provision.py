@@ -24,7 +24,7 @@ from tests.integration.support import PROJECT_ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
-# The resources issue 4 names; the real template must have them too.
+# The resources the local stack must provision; the real template must have them too.
 EXPECTED_RESOURCES = {
     "MessageTable": "AWS::DynamoDB::Table",
     "DelayQueue": "AWS::SQS::Queue",
