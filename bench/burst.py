@@ -29,6 +29,7 @@ from delayq.envelope import decode_body
 from delayq.queues import DelayQueue, SqsQueue
 from delayq.retry import Deadline
 from delayq.scheduler import run_scheduler
+from testkit.aws import as_sqs_client
 from testkit.clock import NOW_MS, FakeClock, no_sleep_backoff
 from testkit.services import message_store
 
@@ -148,7 +149,7 @@ def scheduler_probe(
         # The scheduler's adapters, built as the pipeline's over the latency clients.
         store = message_store(ddb, s, no_sleep_backoff(), pipeline.executor)
         delay_queue = DelayQueue(
-            SqsQueue(sqs, s.delay_queue_url, no_sleep_backoff()), s.emit_lead_ms
+            SqsQueue(as_sqs_client(sqs), s.delay_queue_url, no_sleep_backoff()), s.emit_lead_ms
         )
         clock.now_ms = (second - s.lookahead_seconds) * 1000
         for tick in range(ticks):

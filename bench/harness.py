@@ -25,7 +25,7 @@ from delayq.scheduler import ScheduleResult, run_scheduler
 from delayq.settings import Settings
 from delayq.stats import DeliveryStats
 from delayq.store import MessageStore, query_pool
-from testkit.aws import FakeDynamoDB, FakeS3, FakeSqs, RequestCounter
+from testkit.aws import FakeDynamoDB, FakeS3, FakeSqs, RequestCounter, as_s3_client, as_sqs_client
 from testkit.clock import NOW_MS, FakeClock, no_sleep_backoff
 from testkit.kafka import FakeProducer
 from testkit.services import message_store
@@ -112,7 +112,7 @@ class InMemoryPipeline:
         backoff = no_sleep_backoff()
         executor = query_pool(s.shards)
         store = message_store(dynamodb, s, backoff, executor)
-        payloads = PayloadStore(s3, s.payload_bucket, backoff)
+        payloads = PayloadStore(as_s3_client(s3), s.payload_bucket, backoff)
         return cls(
             settings=s,
             clock=clock,
@@ -123,9 +123,15 @@ class InMemoryPipeline:
             producer=FakeProducer(counter, keep=keep_records, clock=clock),
             store=store,
             payloads=payloads,
-            delay_queue=DelayQueue(SqsQueue(sqs, s.delay_queue_url, backoff), s.emit_lead_ms),
-            dead_letters=DelayQueue(SqsQueue(sqs, s.delay_dlq_url, backoff), s.emit_lead_ms),
-            rejects=RejectQueue(SqsQueue(sqs, s.reject_queue_url, backoff), payloads),
+            delay_queue=DelayQueue(
+                SqsQueue(as_sqs_client(sqs), s.delay_queue_url, backoff), s.emit_lead_ms
+            ),
+            dead_letters=DelayQueue(
+                SqsQueue(as_sqs_client(sqs), s.delay_dlq_url, backoff), s.emit_lead_ms
+            ),
+            rejects=RejectQueue(
+                SqsQueue(as_sqs_client(sqs), s.reject_queue_url, backoff), payloads
+            ),
             stats=DeliveryStats(instance_id="bench"),
             executor=executor,
         )

@@ -19,7 +19,8 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, TextIO
+from typing import Any, Final, TextIO, cast
+from unittest import mock
 
 from bench.handlers import environ
 
@@ -116,18 +117,18 @@ def counted_handler_clients(counter: CallCounter) -> Iterator[None]:
     from delayq import runtime  # noqa: PLC0415
     from delayq_local.sandbox import current_function  # noqa: PLC0415
 
-    original = runtime.client
+    # The patch wraps every service alike, so it sees the untyped implementation behind
+    # runtime.client's per-service overloads.
+    original = cast("Callable[[str, Any], Any]", runtime.client)
 
     def client(service: str, settings: Any) -> Any:
         made = original(service, settings)
         made.meta.events.register("before-call", counter.handler_hook(current_function()))
         return made
 
-    runtime.client = client
-    try:
+    # patch.object, not an assignment: the replacement is not typed as the overloads.
+    with mock.patch.object(runtime, "client", client):
         yield
-    finally:
-        runtime.client = original
 
 
 def _hook_event_sources(stack: Any, counter: CallCounter) -> None:

@@ -46,7 +46,7 @@ from sim.faults import DriftingClock, Faulty, Knobs, RetryLedger
 from sim.iam import Roles, roles
 from sim.workload import PARTITIONS
 from sim.world import Crash, Invocation, World
-from testkit.aws import FakeS3, FakeSqs, RequestCounter
+from testkit.aws import FakeS3, FakeSqs, RequestCounter, as_s3_client, as_sqs_client
 from testkit.clock import SerialExecutor
 from testkit.events import kafka_event, queue_arn, sqs_record
 from testkit.services import message_store
@@ -208,11 +208,11 @@ class Pipeline:
         # Each execution environment's clock is off by its own, drifting, amount.
         clock = DriftingClock(world, knobs, self.ingest_behind_ms if function == "ingest" else 0)
         store = message_store(dynamodb, s, backoff, serial)
-        payloads = PayloadStore(s3, s.payload_bucket, backoff, executor=serial)
+        payloads = PayloadStore(as_s3_client(s3), s.payload_bucket, backoff, executor=serial)
         producer = SimProducer(world, knobs, self.cluster, function)
 
         def queue(url: str) -> SqsQueue:
-            return SqsQueue(sqs, url, backoff, executor=serial)
+            return SqsQueue(as_sqs_client(sqs), url, backoff, executor=serial)
 
         return _Container(
             clock=clock,
@@ -221,7 +221,7 @@ class Pipeline:
             delay_queue=DelayQueue(queue(s.delay_queue_url), s.emit_lead_ms),
             dead_letters=DelayQueue(queue(s.delay_dlq_url), s.emit_lead_ms),
             rejects=RejectQueue(queue(s.reject_queue_url), payloads),
-            tick_queue=TickQueue(sqs, s.tick_queue_url),
+            tick_queue=TickQueue(as_sqs_client(sqs), s.tick_queue_url),
             delivery=KafkaDelivery(lambda _on_error: producer, s.kafka_timeout_seconds),
             stats=DeliveryStats(instance_id=f"sim-{function}"),
         )

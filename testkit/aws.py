@@ -31,9 +31,14 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from botocore.exceptions import ClientError
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sqs import SQSClient
 
 Item = dict[str, Any]
 MsClock = Callable[[], int]
@@ -59,6 +64,33 @@ def _error(operation: str, code: str, message: str, status: int = 400) -> Client
         },
         operation,
     )
+
+
+# --- the client types ----------------------------------------------------------------------
+#
+# The layer's adapters take the boto3 client types of the ``mypy_boto3_*`` stubs. The fakes
+# below, and the wrappers built around a client (``tests.factories.ClientProxy`` and
+# ``RecordingSqs``, ``sim.faults.Faulty``, ``sim.aws.ReplicatedDynamoDB``,
+# ``bench.burst.LatencyClient``, the test doubles that answer one call), implement only the
+# subset of the low-level API that the layer calls, with the same keyword arguments, response
+# shapes and errors (``tests/unit/test_testkit_aws.py`` compares the fakes with moto). These
+# three functions are the one place that tells the type checker so: hand a stand-in to an
+# adapter through them. At run time they return their argument unchanged.
+
+
+def as_dynamodb_client(stand_in: object) -> DynamoDBClient:
+    """``stand_in`` (a fake or wrapper answering the layer's DynamoDB calls) as a client."""
+    return cast("DynamoDBClient", stand_in)
+
+
+def as_sqs_client(stand_in: object) -> SQSClient:
+    """``stand_in`` (a fake or wrapper answering the layer's SQS calls) as a client."""
+    return cast("SQSClient", stand_in)
+
+
+def as_s3_client(stand_in: object) -> S3Client:
+    """``stand_in`` (a fake or wrapper answering the layer's S3 calls) as a client."""
+    return cast("S3Client", stand_in)
 
 
 # --- counting ------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from delayq.settings import Settings
 from delayq.shaping import Shaper
 from delayq.stats import DeliveryStats, FlushPolicy
 from delayq.store import MessageStore, Watermark
+from testkit.aws import as_sqs_client
 from testkit.clock import FakeClock, no_sleep_backoff
 from testkit.kafka import FakeProducer
 from tests.factories import AwsResources, RecordingSqs, SentEntry, sqs_event, store_of
@@ -199,10 +200,14 @@ def pipeline(aws: AwsResources, clock: FakeClock) -> Pipeline:
         sqs=sqs,
         store=store,
         payloads=payloads,
-        delay_queue=DelayQueue(SqsQueue(sqs, s.delay_queue_url, backoff), s.emit_lead_ms),
-        dead_letters=DelayQueue(SqsQueue(sqs, s.delay_dlq_url, backoff), s.emit_lead_ms),
-        rejects=RejectQueue(SqsQueue(sqs, s.reject_queue_url, backoff), payloads),
-        ticks=TickQueue(sqs, s.tick_queue_url, backoff),
+        delay_queue=DelayQueue(
+            SqsQueue(as_sqs_client(sqs), s.delay_queue_url, backoff), s.emit_lead_ms
+        ),
+        dead_letters=DelayQueue(
+            SqsQueue(as_sqs_client(sqs), s.delay_dlq_url, backoff), s.emit_lead_ms
+        ),
+        rejects=RejectQueue(SqsQueue(as_sqs_client(sqs), s.reject_queue_url, backoff), payloads),
+        ticks=TickQueue(as_sqs_client(sqs), s.tick_queue_url, backoff),
         producer=FakeProducer(clock=clock),
     )
 

@@ -15,6 +15,7 @@ from delayq.payloads import payload_key
 from delayq.queues import DelayQueue, SqsQueue
 from delayq.records import DelayRequest
 from delayq.store import Watermark, message_item
+from testkit.aws import as_sqs_client
 from testkit.clock import NOW_MS
 from tests.factories import ClientProxy, client_error
 from tests.functional.conftest import Pipeline
@@ -111,7 +112,8 @@ def test_a_redrive_that_fails_raises_so_the_stream_retries_the_record(p: Pipelin
         raise client_error("AccessDenied")
 
     refusing = DelayQueue(
-        SqsQueue(ClientProxy(p.aws.sqs, send_message_batch=send_message_batch), "q"), 0
+        SqsQueue(as_sqs_client(ClientProxy(p.aws.sqs, send_message_batch=send_message_batch)), "q"),
+        0,
     )
     services = CleanupServices(p.store, refusing)
     with pytest.raises(DelayQueueError):

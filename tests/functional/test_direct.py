@@ -13,6 +13,7 @@ from delayq.envelope import decode_body
 from delayq.exceptions import DelayQueueError
 from delayq.ingest import IngestResult
 from delayq.queues import DelayQueue, SqsQueue
+from testkit.aws import as_sqs_client
 from testkit.clock import NOW_MS, no_sleep_backoff
 from testkit.events import kafka_event, kafka_record
 from testkit.kafka import FakeProducer
@@ -120,7 +121,12 @@ def test_a_fallback_that_cannot_be_queued_fails_the_batch(p: Pipeline) -> None:
         raise client_error("AccessDenied", status=403)
 
     refusing = DelayQueue(
-        SqsQueue(ClientProxy(p.aws.sqs, send_message_batch=refuse), "q", no_sleep_backoff()), 0
+        SqsQueue(
+            as_sqs_client(ClientProxy(p.aws.sqs, send_message_batch=refuse)),
+            "q",
+            no_sleep_backoff(),
+        ),
+        0,
     )
     with pytest.raises(DelayQueueError):
         ingest(p, kafka_record(target="reminders", ms="0"), delay_queue=refusing)

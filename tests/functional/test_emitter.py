@@ -15,6 +15,7 @@ from delayq.queues import DelayQueue, SqsQueue
 from delayq.records import DelayRequest
 from delayq.retry import Deadline
 from delayq.stats import DeliveryStats, FlushPolicy
+from testkit.aws import as_s3_client, as_sqs_client
 from testkit.clock import NOW_MS, no_sleep_backoff
 from testkit.events import kafka_event, kafka_record
 from testkit.kafka import DeliveryCallback, FakeProducer
@@ -164,7 +165,8 @@ def test_when_nothing_can_be_sent_back_the_message_fails_with_a_short_back_off(
     [msg] = p.aws.sqs.receive_message(QueueUrl=p.settings.delay_queue_url)["Messages"]
     refusing = ClientProxy(p.sqs, send_message_batch=send_message_batch)
     p.delay_queue = DelayQueue(
-        SqsQueue(refusing, p.settings.delay_queue_url, no_sleep_backoff()), p.settings.emit_lead_ms
+        SqsQueue(as_sqs_client(refusing), p.settings.delay_queue_url, no_sleep_backoff()),
+        p.settings.emit_lead_ms,
     )
     result = p.emit([entry(p, NOW_MS)], receive_count=3, receipt_handles=[msg["ReceiptHandle"]])
     assert len(result.failed) == 1
@@ -271,7 +273,9 @@ def test_a_payload_s3_cannot_serve_now_is_retried_not_dead_lettered(p: Pipeline)
         raise client_error("SlowDown", status=503)
 
     p.payloads = PayloadStore(
-        ClientProxy(p.aws.s3, get_object=get_object), p.settings.payload_bucket, no_sleep_backoff()
+        as_s3_client(ClientProxy(p.aws.s3, get_object=get_object)),
+        p.settings.payload_bucket,
+        no_sleep_backoff(),
     )
     result = p.emit([offloaded(p, "slow", own_key("slow"))])
     assert (result.requeued, result.dead_lettered) == (1, 0)

@@ -16,6 +16,7 @@ from delayq.payloads import PayloadStore, payload_key
 from delayq.queues import DelayQueue, SqsQueue
 from delayq.records import DelayRequest
 from delayq.retry import Deadline
+from testkit.aws import as_s3_client, as_sqs_client
 from testkit.clock import NOW_MS, no_sleep_backoff
 from testkit.events import kafka_event, kafka_record
 from testkit.kafka import FakeProducer
@@ -205,7 +206,7 @@ def test_a_payload_that_cannot_be_read_goes_back_alone_as_it_came(orders_only: P
         raise client_error("InternalError", status=500)
 
     orders_only.payloads = PayloadStore(
-        ClientProxy(orders_only.aws.s3, get_object=get_object),
+        as_s3_client(ClientProxy(orders_only.aws.s3, get_object=get_object)),
         orders_only.settings.payload_bucket,
         no_sleep_backoff(),
     )
@@ -225,7 +226,7 @@ def test_when_sending_back_fails_the_original_is_reported_failed(orders_only: Pi
         raise client_error("AccessDenied", status=403, operation="SendMessageBatch")
 
     refusing = SqsQueue(
-        ClientProxy(orders_only.aws.sqs, send_message_batch=refuse),
+        as_sqs_client(ClientProxy(orders_only.aws.sqs, send_message_batch=refuse)),
         orders_only.settings.delay_queue_url,
         no_sleep_backoff(),
     )
@@ -259,7 +260,7 @@ def test_a_reject_queue_failure_sends_the_rejected_entry_back_with_the_bundle_do
         raise client_error("AccessDenied", status=403, operation="SendMessageBatch")
 
     orders_only.rejects.queue = SqsQueue(
-        ClientProxy(orders_only.aws.sqs, send_message_batch=refuse),
+        as_sqs_client(ClientProxy(orders_only.aws.sqs, send_message_batch=refuse)),
         orders_only.settings.reject_queue_url,
         no_sleep_backoff(),
     )

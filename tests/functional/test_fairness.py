@@ -18,6 +18,7 @@ from delayq.producing import Delivery
 from delayq.queues import DelayQueue, SqsQueue
 from delayq.records import Reason
 from delayq.shaping import Shaper
+from testkit.aws import as_sqs_client
 from testkit.clock import NOW_MS, no_sleep_backoff
 from testkit.events import control_headers, kafka_event, kafka_record
 from tests.functional.conftest import Pipeline
@@ -172,9 +173,9 @@ def classes(limited: Pipeline) -> Pipeline:
     )
     backoff = no_sleep_backoff()
     queue = DelayQueue(
-        SqsQueue(limited.sqs, settings.delay_queue_url, backoff),
+        SqsQueue(as_sqs_client(limited.sqs), settings.delay_queue_url, backoff),
         settings.emit_lead_ms,
-        by_priority={k: SqsQueue(limited.sqs, u, backoff) for k, u in urls.items()},
+        by_priority={k: SqsQueue(as_sqs_client(limited.sqs), u, backoff) for k, u in urls.items()},
     )
     return dataclasses.replace(limited, settings=settings, delay_queue=queue)
 

@@ -11,6 +11,7 @@ import pytest
 from delayq import buckets
 from delayq.exceptions import MalformedEventError, RetriesExhaustedError
 from delayq.store import Marker, MessageStore, Watermark
+from testkit.aws import as_dynamodb_client
 from testkit.clock import NOW_MS, no_sleep_backoff
 from testkit.events import kafka_event, kafka_record
 from tests.functional.conftest import Pipeline
@@ -208,7 +209,7 @@ def test_a_record_that_cannot_be_stored_fails_the_invocation(p: Pipeline) -> Non
             return {"UnprocessedItems": RequestItems}
 
     p.store = MessageStore(
-        AlwaysUnprocessed(p.aws.dynamodb),
+        as_dynamodb_client(AlwaysUnprocessed(p.aws.dynamodb)),
         p.settings.table_name,
         shards=p.settings.shards,
         ttl_grace_seconds=p.settings.ttl_grace_seconds,

@@ -20,6 +20,7 @@ from delayq.redrive import RedriveReport, RedriveServices, RedriveSource, redriv
 from delayq.retry import Deadline
 from delayq.runtime import redrive_services
 from delayq.store import MessageStore, message_item
+from testkit.aws import as_dynamodb_client, as_sqs_client
 from testkit.clock import NOW_MS, no_sleep_backoff
 from testkit.events import kafka_event, kafka_record
 from tests.factories import TARGETS, ClientProxy, SentEntry, client_error, delay_request
@@ -175,7 +176,7 @@ def test_nothing_leaves_the_dead_letter_queue_when_the_delay_queue_refuses(p: Pi
         raise client_error("AccessDenied", status=403, operation="SendMessageBatch")
 
     refusing = SqsQueue(
-        ClientProxy(p.aws.sqs, send_message_batch=refuse),
+        as_sqs_client(ClientProxy(p.aws.sqs, send_message_batch=refuse)),
         p.settings.delay_queue_url,
         no_sleep_backoff(),
     )
@@ -206,7 +207,8 @@ def test_the_source_is_deleted_only_after_the_destination_accepted(p: Pipeline) 
         delete_message_batch=logged("delete_message_batch"),
     )
     delay_queue = DelayQueue(
-        SqsQueue(sqs, p.settings.delay_queue_url, no_sleep_backoff()), p.settings.emit_lead_ms
+        SqsQueue(as_sqs_client(sqs), p.settings.delay_queue_url, no_sleep_backoff()),
+        p.settings.emit_lead_ms,
     )
     ingest = IngestServices(p.store, delay_queue, p.rejects, p.payloads)
     run(p, DLQ, services=services(p, sqs=sqs, ingest=ingest))
@@ -452,7 +454,7 @@ def test_an_emitter_reject_stays_when_the_reject_queue_refuses_it_again(p: Pipel
 
     sqs = ClientProxy(p.aws.sqs, send_message_batch=refuse)
     refusing = RejectQueue(
-        SqsQueue(sqs, p.settings.reject_queue_url, no_sleep_backoff()), p.payloads
+        SqsQueue(as_sqs_client(sqs), p.settings.reject_queue_url, no_sleep_backoff()), p.payloads
     )
     ingest = IngestServices(p.store, p.delay_queue, refusing, p.payloads)
     report = run(p, REJECTS, services=services(p, ingest=ingest))
@@ -490,7 +492,7 @@ def test_rejects_stay_when_ingest_cannot_keep_them(p: Pipeline) -> None:
             return {"UnprocessedItems": RequestItems}
 
     store = MessageStore(
-        AlwaysUnprocessed(p.aws.dynamodb),
+        as_dynamodb_client(AlwaysUnprocessed(p.aws.dynamodb)),
         p.settings.table_name,
         shards=p.settings.shards,
         ttl_grace_seconds=p.settings.ttl_grace_seconds,
@@ -598,7 +600,9 @@ def test_a_failed_batch_that_cannot_be_queued_stays_in_the_bucket(p: Pipeline) -
     def refuse(**_: Any) -> Any:
         raise client_error("AccessDenied", status=403)
 
-    refusing = DelayQueue(SqsQueue(ClientProxy(p.aws.sqs, send_message_batch=refuse), "q"), 0)
+    refusing = DelayQueue(
+        SqsQueue(as_sqs_client(ClientProxy(p.aws.sqs, send_message_batch=refuse)), "q"), 0
+    )
     ingest = IngestServices(p.store, refusing, p.rejects, p.payloads)
     report = run(p, CLEANUP_FAILURES, services=services(p, ingest=ingest))
     assert (report.moved, report.failed) == (0, 1)

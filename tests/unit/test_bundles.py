@@ -15,6 +15,7 @@ from delayq.exceptions import ConfigurationError, EnvelopeError
 from delayq.queues import DelayQueue, SqsQueue
 from delayq.retry import Deadline
 from delayq.settings import Settings
+from testkit.aws import as_sqs_client
 from testkit.clock import NOW_MS, no_sleep_backoff
 from tests.factories import delay_request
 
@@ -47,7 +48,7 @@ def delay_queue(
     bundle_max_messages: int = c.DEFAULT_BUNDLE_MAX_MESSAGES,
 ) -> DelayQueue:
     return DelayQueue(
-        SqsQueue(sqs, "https://sqs/delay", no_sleep_backoff()),
+        SqsQueue(as_sqs_client(sqs), "https://sqs/delay", no_sleep_backoff()),
         1000,
         bundle_max_bytes=bundle_max_bytes,
         bundle_max_messages=bundle_max_messages,

@@ -18,6 +18,7 @@ from delayq.payloads import PayloadStore
 from delayq.queues import DelayQueue, SourceMessage, SourceQueue, SqsQueue, TickQueue
 from delayq.retry import Deadline
 from delayq.store import MessageStore, Watermark
+from testkit.aws import as_dynamodb_client, as_s3_client, as_sqs_client
 from testkit.clock import NOW_MS, no_sleep_backoff
 from tests.factories import delay_request
 
@@ -49,7 +50,7 @@ def deadline() -> Deadline:
 
 def store(client: Unreachable) -> MessageStore:
     return MessageStore(
-        client,
+        as_dynamodb_client(client),
         "t",
         shards=2,
         ttl_grace_seconds=60,
@@ -69,19 +70,19 @@ CALLS: dict[str, Callable[[Unreachable], object]] = {
         Watermark(5), Watermark(6), NOW_MS, deadline()
     ),
     "store.put_item": lambda c: store(c).put_item({"pk": {"S": "x"}}, deadline()),
-    "sqs.send": lambda c: DelayQueue(SqsQueue(c, "q", no_sleep_backoff(3)), 0).send(
+    "sqs.send": lambda c: DelayQueue(SqsQueue(as_sqs_client(c), "q", no_sleep_backoff(3)), 0).send(
         [delay_request(due_ms=NOW_MS)], NOW_MS, deadline()
     ),
-    "sqs.change_visibility": lambda c: SqsQueue(c, "q", no_sleep_backoff(3)).change_visibility(
-        "h", 5, deadline()
-    ),
-    "sqs.put_tick": lambda c: TickQueue(c, "q", no_sleep_backoff(3)).put_tick(
+    "sqs.change_visibility": lambda c: SqsQueue(
+        as_sqs_client(c), "q", no_sleep_backoff(3)
+    ).change_visibility("h", 5, deadline()),
+    "sqs.put_tick": lambda c: TickQueue(as_sqs_client(c), "q", no_sleep_backoff(3)).put_tick(
         1, 60, NOW_MS, deadline()
     ),
-    "sqs.receive": lambda c: SourceQueue(c, "q", no_sleep_backoff(3)).receive(
+    "sqs.receive": lambda c: SourceQueue(as_sqs_client(c), "q", no_sleep_backoff(3)).receive(
         10, 30, 0, deadline()
     ),
-    "s3.offload": lambda c: PayloadStore(c, "b", no_sleep_backoff(3)).offload(
+    "s3.offload": lambda c: PayloadStore(as_s3_client(c), "b", no_sleep_backoff(3)).offload(
         delay_request(value=b"v"), deadline()
     ),
 }
@@ -103,7 +104,7 @@ def test_a_source_queue_delete_that_cannot_reach_sqs_reports_the_messages(
     error: Exception,
 ) -> None:
     client = Unreachable(error)
-    problems = SourceQueue(client, "q", no_sleep_backoff(3)).delete(
+    problems = SourceQueue(as_sqs_client(client), "q", no_sleep_backoff(3)).delete(
         [SourceMessage("m-1", "h-1", "{}")], deadline()
     )
     assert len(problems) == 1

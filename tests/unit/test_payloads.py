@@ -12,6 +12,7 @@ from delayq.exceptions import PayloadMissingError, PayloadStoreError
 from delayq.payloads import PayloadStore, parse_ref, payload_key
 from delayq.records import DelayRequest, Reason, Rejection
 from delayq.retry import Deadline
+from testkit.aws import as_s3_client
 from testkit.clock import NOW_MS, no_sleep_backoff
 from tests.factories import AwsResources, ClientProxy, client_error, delay_request
 
@@ -122,7 +123,9 @@ def test_restore_that_cannot_reach_s3_is_a_payload_error_not_missing(aws: AwsRes
         raise client_error("AccessDenied", status=403)
 
     store = PayloadStore(
-        ClientProxy(aws.s3, get_object=get_object), aws.settings.payload_bucket, no_sleep_backoff()
+        as_s3_client(ClientProxy(aws.s3, get_object=get_object)),
+        aws.settings.payload_bucket,
+        no_sleep_backoff(),
     )
     with pytest.raises(PayloadStoreError) as caught:
         store.restore(pointing_at_its_own_key(store), deadline())
@@ -163,7 +166,7 @@ def test_a_throttled_offload_is_retried(aws: AwsResources) -> None:
         return aws.s3.put_object(**kwargs)
 
     proxy = ClientProxy(aws.s3, put_object=put_object)
-    store = PayloadStore(proxy, aws.settings.payload_bucket, no_sleep_backoff())
+    store = PayloadStore(as_s3_client(proxy), aws.settings.payload_bucket, no_sleep_backoff())
     offloaded = store.offload(delay_request(value=VALUE), deadline())
     assert offloaded.payload_ref is not None
     assert object_body(aws, offloaded.payload_ref) == VALUE
@@ -216,7 +219,7 @@ def test_a_foreign_pointer_is_refused_before_any_s3_call(aws: AwsResources, forg
         raise AssertionError("no S3 call expected")
 
     proxy = ClientProxy(aws.s3, get_object=refuse)
-    store = PayloadStore(proxy, aws.settings.payload_bucket, no_sleep_backoff())
+    store = PayloadStore(as_s3_client(proxy), aws.settings.payload_bucket, no_sleep_backoff())
     with pytest.raises(PayloadStoreError):
         store.restore(forged.request, deadline())
     assert proxy.calls == []

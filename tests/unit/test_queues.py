@@ -15,6 +15,7 @@ from delayq.payloads import PayloadStore, parse_ref
 from delayq.queues import DelayQueue, Outgoing, RejectQueue, SqsQueue, TickQueue
 from delayq.records import Reason, Rejection
 from delayq.retry import Deadline
+from testkit.aws import as_sqs_client
 from testkit.clock import NOW_MS, no_sleep_backoff
 from testkit.events import kafka_record
 from tests.factories import AwsResources, ClientProxy, client_error, delay_request
@@ -54,7 +55,7 @@ def reject_url(aws: AwsResources) -> str:
 
 def test_entries_are_sent_in_batches_of_10(aws: AwsResources) -> None:
     proxy = recording(aws)
-    queue = SqsQueue(proxy, reject_url(aws), no_sleep_backoff())
+    queue = SqsQueue(as_sqs_client(proxy), reject_url(aws), no_sleep_backoff())
     queue.send("op", [Outgoing(f"m{i}") for i in range(25)], deadline())
     assert [len(e) for e in batch_entries(proxy)] == [10, 10, 5]
     assert sorted(m["Body"] for m in aws.receive_all(reject_url(aws))) == sorted(
@@ -64,7 +65,7 @@ def test_entries_are_sent_in_batches_of_10(aws: AwsResources) -> None:
 
 def test_no_entries_send_nothing(aws: AwsResources) -> None:
     proxy = recording(aws)
-    SqsQueue(proxy, reject_url(aws), no_sleep_backoff()).send("op", [], deadline())
+    SqsQueue(as_sqs_client(proxy), reject_url(aws), no_sleep_backoff()).send("op", [], deadline())
     assert proxy.calls == []
 
 
@@ -72,7 +73,7 @@ def test_large_entries_are_split_so_a_batch_stays_within_the_size_limit(
     aws: AwsResources,
 ) -> None:
     proxy = recording(aws)
-    queue = SqsQueue(proxy, reject_url(aws), no_sleep_backoff())
+    queue = SqsQueue(as_sqs_client(proxy), reject_url(aws), no_sleep_backoff())
     bodies = [f"{i}" + "x" * 200_000 for i in range(10)]
     queue.send("op", [Outgoing(b) for b in bodies], deadline())
     sizes = [sum(len(e["MessageBody"]) for e in entries) for entries in batch_entries(proxy)]
@@ -84,7 +85,7 @@ def test_a_batch_holds_entries_up_to_exactly_the_size_limit(aws: AwsResources) -
     proxy = recording(aws)
     half = c.SQS_MAX_BATCH_BYTES // 2
     bodies = [str(i) * half for i in range(3)]
-    SqsQueue(proxy, reject_url(aws), no_sleep_backoff()).send(
+    SqsQueue(as_sqs_client(proxy), reject_url(aws), no_sleep_backoff()).send(
         "op", [Outgoing(b) for b in bodies], deadline()
     )
     assert [[e["MessageBody"] for e in entries] for entries in batch_entries(proxy)] == [
@@ -106,7 +107,7 @@ def test_only_the_failed_entries_are_sent_again(aws: AwsResources) -> None:
         return response
 
     proxy = recording(aws, send_message_batch=send_message_batch)
-    queue = SqsQueue(proxy, reject_url(aws), no_sleep_backoff())
+    queue = SqsQueue(as_sqs_client(proxy), reject_url(aws), no_sleep_backoff())
     queue.send("op", [Outgoing(f"m{i}") for i in range(5)], deadline())
     retried = batch_entries(proxy)[1]
     assert [(e["Id"], e["MessageBody"]) for e in retried] == [("1", "m1"), ("3", "m3")]
@@ -126,7 +127,7 @@ def test_entries_failing_every_time_raise_with_the_unsent_entries(aws: AwsResour
         }
 
     proxy = recording(aws, send_message_batch=send_message_batch)
-    queue = SqsQueue(proxy, reject_url(aws), no_sleep_backoff(2))
+    queue = SqsQueue(as_sqs_client(proxy), reject_url(aws), no_sleep_backoff(2))
     with pytest.raises(RetriesExhaustedError) as caught:
         queue.send("send to reject queue", [Outgoing("a"), Outgoing("b")], deadline())
     unsent = cast("list[tuple[int, Outgoing]]", caught.value.unsent)
@@ -149,7 +150,7 @@ def test_an_entry_failing_by_the_senders_fault_is_not_retried(aws: AwsResources)
         }
 
     proxy = recording(aws, send_message_batch=send_message_batch)
-    queue = SqsQueue(proxy, reject_url(aws), no_sleep_backoff())
+    queue = SqsQueue(as_sqs_client(proxy), reject_url(aws), no_sleep_backoff())
     with pytest.raises(QueueError, match=r"SQS refused 1 entr.*bad body"):
         queue.send("op", [Outgoing("a")], deadline())
     assert len(proxy.calls) == 1
@@ -162,7 +163,9 @@ def test_a_throttled_batch_is_sent_again(aws: AwsResources) -> None:
         return aws.sqs.send_message_batch(**kwargs)
 
     proxy = recording(aws, send_message_batch=send_message_batch)
-    SqsQueue(proxy, reject_url(aws), no_sleep_backoff()).send("op", [Outgoing("a")], deadline())
+    SqsQueue(as_sqs_client(proxy), reject_url(aws), no_sleep_backoff()).send(
+        "op", [Outgoing("a")], deadline()
+    )
     assert [m["Body"] for m in aws.receive_all(reject_url(aws))] == ["a"]
 
 
@@ -209,7 +212,9 @@ def test_delay_seconds_round_down_so_the_queue_releases_at_or_before_due(
     wait_ms: int, lead_ms: int, delay_seconds: int
 ) -> None:
     sqs = AcceptingSqs()
-    queue = DelayQueue(SqsQueue(sqs, "https://sqs/delay", no_sleep_backoff()), lead_ms)
+    queue = DelayQueue(
+        SqsQueue(as_sqs_client(sqs), "https://sqs/delay", no_sleep_backoff()), lead_ms
+    )
     queue.send([delay_request(due_ms=NOW_MS + wait_ms)], NOW_MS, deadline())
     (entry,) = sqs.batches[0]
     assert entry["DelaySeconds"] == delay_seconds
@@ -281,7 +286,7 @@ def test_a_throttled_tick_is_sent_again(aws: AwsResources) -> None:
         return aws.sqs.send_message(**kwargs)
 
     proxy = ClientProxy(aws.sqs, send_message=send_message)
-    TickQueue(proxy, aws.settings.tick_queue_url, no_sleep_backoff()).put_tick(
+    TickQueue(as_sqs_client(proxy), aws.settings.tick_queue_url, no_sleep_backoff()).put_tick(
         1, 60, NOW_MS, deadline()
     )
     assert len(aws.bodies(aws.settings.tick_queue_url)) == 1
@@ -356,7 +361,8 @@ def test_batches_are_sent_concurrently_and_a_failure_is_raised_after_all_finishe
         return cast(dict[str, Any], aws.sqs.send_message_batch(**kwargs))
 
     queue = SqsQueue(
-        ClientProxy(aws.sqs, send_message_batch=send_message_batch), aws.settings.delay_queue_url
+        as_sqs_client(ClientProxy(aws.sqs, send_message_batch=send_message_batch)),
+        aws.settings.delay_queue_url,
     )
     entries = [Outgoing("fails")] + [Outgoing(f"m{i}") for i in range(29)]
     with pytest.raises(QueueError, match="simulated refusal"):

@@ -26,6 +26,7 @@ from testkit.aws import (
     FakeS3,
     FakeSqs,
     RequestCounter,
+    as_dynamodb_client,
     item_size,
 )
 from testkit.clock import NOW_MS, FakeClock
@@ -210,7 +211,7 @@ def test_message_store_behaves_the_same_on_both(both_dynamodb: tuple[Any, FakeDy
     results = []
     for client in both_dynamodb:
         store = MessageStore(
-            client,
+            as_dynamodb_client(client),
             TABLE,
             shards=4,
             ttl_grace_seconds=86_400,

@@ -14,6 +14,27 @@ import zlib
 
 from delayq import constants as c
 
+__all__ = [
+    "Ranges",
+    "Route",
+    "add_late",
+    "bucket_key",
+    "bucket_keys",
+    "due_second",
+    "expires_at",
+    "format_ranges",
+    "late_cutoff",
+    "parse_bucket_key",
+    "parse_ranges",
+    "queue_delay_seconds",
+    "route",
+    "scheduling_window",
+    "shard_of",
+    "tick_dedup_id",
+    "tick_index",
+    "visibility_delay_seconds",
+]
+
 
 class Route(enum.Enum):
     """Where a delay request waits."""

@@ -35,6 +35,13 @@ from delayq.queues import DelayQueue
 from delayq.retry import Deadline
 from delayq.store import MessageStore, Watermark, request_from_item
 
+__all__ = [
+    "CleanupServices",
+    "Outcome",
+    "TtlCleanup",
+    "is_ttl_removal",
+]
+
 
 class Outcome(enum.Enum):
     """What happened to one stream record."""

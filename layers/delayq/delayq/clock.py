@@ -6,6 +6,15 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+__all__ = [
+    "Clock",
+    "Sleep",
+    "handler_clock",
+    "iso_ms",
+    "set_handler_clock",
+    "system_clock",
+]
+
 Clock = Callable[[], int]
 Sleep = Callable[[float], None]
 

@@ -28,6 +28,13 @@ from delayq.settings import Settings
 from delayq.stats import DeliveryStats
 from delayq.store import MessageStore
 
+__all__ = [
+    "DirectResult",
+    "DirectServices",
+    "deliver_direct",
+    "is_direct",
+]
+
 
 @dataclass(frozen=True)
 class DirectServices:

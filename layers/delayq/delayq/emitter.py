@@ -53,6 +53,17 @@ from delayq.settlement import Retry, after_failure, when_due
 from delayq.stats import DeliveryStats
 from delayq.store import MessageStore
 
+__all__ = [
+    "DELAY_QUEUE_RECORD_KEYS",
+    "EmitResult",
+    "EmitterServices",
+    "QueuedMessage",
+    "delay_queue_rejection",
+    "emit_batch",
+    "messages_from_event",
+    "screen",
+]
+
 
 @dataclass(frozen=True)
 class QueuedMessage:

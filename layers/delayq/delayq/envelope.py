@@ -20,6 +20,23 @@ from delayq import constants as c
 from delayq.exceptions import EnvelopeError
 from delayq.records import DelayRequest, Headers
 
+__all__ = [
+    "BUNDLE_PREFIX",
+    "BUNDLE_SUFFIX",
+    "BUNDLE_VERSION",
+    "DEAD_LETTER_KEY",
+    "ENVELOPE_VERSION",
+    "BodyEntry",
+    "Envelope",
+    "bundle_bytes",
+    "dead_letter_of",
+    "dead_letter_text",
+    "decode_body",
+    "encode_bundle",
+    "headers_from_json",
+    "headers_json",
+]
+
 
 @dataclass(frozen=True)
 class Envelope:

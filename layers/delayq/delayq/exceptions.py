@@ -4,6 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+__all__ = [
+    "ConfigurationError",
+    "DelayQueueError",
+    "DeliveryError",
+    "EnvelopeError",
+    "MalformedEventError",
+    "PayloadMissingError",
+    "PayloadStoreError",
+    "QueueError",
+    "RetriesExhaustedError",
+    "StoreError",
+    "WatermarkConflictError",
+]
+
 
 class DelayQueueError(Exception):
     """Base class of every error this package raises."""

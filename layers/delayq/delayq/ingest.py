@@ -44,6 +44,16 @@ from delayq.settings import Settings
 from delayq.shaping import Shaper
 from delayq.store import MessageStore, Watermark
 
+__all__ = [
+    "Control",
+    "IngestResult",
+    "IngestServices",
+    "cancel",
+    "ingest_batch",
+    "needs_offload",
+    "parse_batch",
+]
+
 
 @dataclass
 class IngestResult:

@@ -19,11 +19,30 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from delayq import constants as c
 from delayq.exceptions import ConfigurationError
 from delayq.settings import Settings
+
+if TYPE_CHECKING:
+    from mypy_boto3_secretsmanager import SecretsManagerClient
+
+__all__ = [
+    "NO_REPORT",
+    "ErrorCallback",
+    "Failure",
+    "KafkaDelivery",
+    "OutRecord",
+    "ProducerFactory",
+    "TokenProvider",
+    "Undelivered",
+    "classify",
+    "make_producer",
+    "msk_iam_token",
+    "producer_config",
+    "scram_credentials",
+]
 
 TokenProvider = Callable[[str], tuple[str, int]]
 ErrorCallback = Callable[[Any], None]
@@ -120,7 +139,7 @@ def msk_iam_token(region: str) -> tuple[str, int]:
     return str(token), int(expiry_ms)
 
 
-def scram_credentials(secrets_client: Any, secret_arn: str) -> Mapping[str, str]:
+def scram_credentials(secrets_client: SecretsManagerClient, secret_arn: str) -> Mapping[str, str]:
     """Read ``{"username", "password"}`` (two strings) from Secrets Manager."""
     response = secrets_client.get_secret_value(SecretId=secret_arn)
     problem = f"secret {secret_arn} must be JSON with 'username' and 'password' strings"
@@ -193,7 +212,9 @@ def producer_config(
 
 
 def make_producer(
-    settings: Settings, secrets_client: Any = None, error_cb: ErrorCallback | None = None
+    settings: Settings,
+    secrets_client: SecretsManagerClient | None = None,
+    error_cb: ErrorCallback | None = None,
 ) -> Any:
     """Build the producer for the configured mode (SCRAM reads its secret here);
     ``error_cb`` receives the client's own errors (a fatal one among them)."""

@@ -22,6 +22,15 @@ from typing import Any, Final
 
 from delayq.exceptions import ConfigurationError
 
+__all__ = [
+    "ANY_TENANT",
+    "OVER_QUOTA_ACTIONS",
+    "UNLIMITED",
+    "Limits",
+    "TenantLimits",
+    "parse_limits",
+]
+
 ANY_TENANT: Final = "*"
 OVER_QUOTA_ACTIONS: Final = ("reject", "defer")
 _FIELDS: Final = frozenset({"release_per_second", "ingest_per_second", "over_quota"})

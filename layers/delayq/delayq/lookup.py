@@ -26,6 +26,12 @@ from delayq.records import DelayRequest
 from delayq.retry import Deadline
 from delayq.store import Marker, MessageStore
 
+__all__ = [
+    "UNKNOWABLE",
+    "Whereabouts",
+    "locate",
+]
+
 UNKNOWABLE: Final = (
     "in the delay queue: cannot be looked up (SQS cannot be searched; messages due within the "
     "horizon travel there in bundles)",

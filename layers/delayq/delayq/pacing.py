@@ -12,6 +12,10 @@ import time
 from delayq.clock import Clock, Sleep, system_clock
 from delayq.exceptions import ConfigurationError
 
+__all__ = [
+    "Pacer",
+]
+
 
 class Pacer:
     """Paces work to ``rate_per_second`` on average, in bursts of at most ``capacity``.

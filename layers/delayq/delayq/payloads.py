@@ -23,7 +23,17 @@ from delayq.records import DelayRequest
 from delayq.retry import AWS_ERRORS, Backoff, Deadline, retry_call
 
 if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
     from delayq.records import Rejection
+
+__all__ = [
+    "PAYLOAD_PREFIX",
+    "REJECTED_PREFIX",
+    "PayloadStore",
+    "parse_ref",
+    "payload_key",
+]
 
 PAYLOAD_PREFIX = "payloads/"
 REJECTED_PREFIX = "rejected/"
@@ -52,7 +62,7 @@ class PayloadStore:
 
     def __init__(
         self,
-        client: Any,
+        client: S3Client,
         bucket: str,
         backoff: Backoff | None = None,
         fetch_workers: int = c.EMIT_FETCH_WORKERS,

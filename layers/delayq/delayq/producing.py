@@ -22,6 +22,15 @@ from delayq.retry import Deadline
 from delayq.stats import DeliveryStats
 from delayq.store import MessageStore
 
+__all__ = [
+    "Delivery",
+    "ProduceRun",
+    "Produced",
+    "produce_at_due",
+    "record_deliveries",
+    "wait_until",
+]
+
 T = TypeVar("T")
 
 

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from delayq import buckets
 from delayq import constants as c
@@ -22,6 +22,20 @@ from delayq.exceptions import DelayQueueError, QueueError
 from delayq.payloads import PayloadStore
 from delayq.records import DelayRequest, Rejection
 from delayq.retry import AWS_ERRORS, Backoff, Deadline, is_retryable, retry_call, retry_partial
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+__all__ = [
+    "DelayQueue",
+    "Outgoing",
+    "QueueEntry",
+    "RejectQueue",
+    "SourceMessage",
+    "SourceQueue",
+    "SqsQueue",
+    "TickQueue",
+]
 
 _Item = TypeVar("_Item")
 
@@ -39,7 +53,7 @@ class SqsQueue:
 
     def __init__(
         self,
-        client: Any,
+        client: SQSClient,
         url: str,
         backoff: Backoff | None = None,
         send_workers: int = 8,
@@ -115,7 +129,7 @@ class SourceQueue:
     and reported (never raised) otherwise: the message then simply stays on the queue.
     """
 
-    def __init__(self, client: Any, url: str, backoff: Backoff | None = None) -> None:
+    def __init__(self, client: SQSClient, url: str, backoff: Backoff | None = None) -> None:
         self._client = client
         self.url = url
         self._backoff = backoff or Backoff()
@@ -364,7 +378,7 @@ class DelayQueue:
 class TickQueue:
     """The FIFO queue of scheduler ticks: one message per tick period, whoever sends it."""
 
-    def __init__(self, client: Any, url: str, backoff: Backoff | None = None) -> None:
+    def __init__(self, client: SQSClient, url: str, backoff: Backoff | None = None) -> None:
         self._client = client
         self.url = url
         self._backoff = backoff or Backoff()

@@ -24,6 +24,24 @@ from delayq import constants as c
 from delayq.exceptions import MalformedEventError
 from delayq.settings import Settings
 
+__all__ = [
+    "CancelRequest",
+    "ControlRequest",
+    "DelayRequest",
+    "Headers",
+    "Reason",
+    "RejectedRecord",
+    "Rejection",
+    "RescheduleRequest",
+    "Source",
+    "delivery_headers",
+    "estimated_body_bytes",
+    "headers_size",
+    "iter_event_records",
+    "parse_record",
+    "rejection_of",
+]
+
 Headers = tuple[tuple[str, bytes | None], ...]
 
 

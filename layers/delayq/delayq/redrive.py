@@ -33,7 +33,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from delayq import constants as c
 from delayq.clock import Clock, Sleep, system_clock
@@ -48,6 +48,19 @@ from delayq.records import Reason, RejectedRecord, Rejection
 from delayq.retry import AWS_ERRORS, Backoff, Deadline, retry_call
 from delayq.settings import Settings
 from delayq.stream_failures import SEND_CHUNK, requeue_failed_batches
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sqs import SQSClient
+
+__all__ = [
+    "BATCH_SECONDS",
+    "MAX_WAIT_SECONDS",
+    "RedriveReport",
+    "RedriveServices",
+    "RedriveSource",
+    "redrive",
+]
 
 #: Retry budget of the writes of one batch.
 BATCH_SECONDS = 60.0
@@ -109,8 +122,8 @@ class RedriveReport:
 class RedriveServices:
     """The clients and adapters a redrive uses."""
 
-    sqs: Any  # reads and deletes the source queue
-    s3: Any  # reads oversize rejected records (``record_ref``)
+    sqs: SQSClient  # reads and deletes the source queue
+    s3: S3Client  # reads oversize rejected records (``record_ref``)
     ingest: IngestServices  # the destinations: delay queue, store, reject queue, payloads
     backoff: Backoff = field(default_factory=Backoff)
 

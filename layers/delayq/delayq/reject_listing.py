@@ -18,6 +18,12 @@ from delayq import constants as c
 from delayq.queues import SourceMessage, SourceQueue
 from delayq.retry import Deadline
 
+__all__ = [
+    "HOLD_SECONDS",
+    "RejectView",
+    "list_rejects",
+]
+
 # Received messages are hidden this long while the listing runs, then released.
 HOLD_SECONDS: Final = 30
 _PREVIEW_BYTES: Final = 60

@@ -31,6 +31,13 @@ from delayq.retry import Deadline
 from delayq.settings import Settings
 from delayq.store import Marker, MessageStore, cancel_covers
 
+__all__ = [
+    "RescheduleOutcome",
+    "copy_of",
+    "latest_per_id",
+    "reschedule",
+]
+
 
 @dataclass
 class RescheduleOutcome:

@@ -17,6 +17,18 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from delayq.exceptions import RetriesExhaustedError
 
+__all__ = [
+    "AWS_ERRORS",
+    "NETWORK_ERRORS",
+    "RETRYABLE_CODES",
+    "Backoff",
+    "Deadline",
+    "error_code",
+    "is_retryable",
+    "retry_call",
+    "retry_partial",
+]
+
 T = TypeVar("T")
 
 RETRYABLE_CODES = frozenset(

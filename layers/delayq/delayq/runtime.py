@@ -6,7 +6,7 @@ creates a client; tests and the local runner configure the environment first.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import boto3
 from botocore.config import Config
@@ -25,12 +25,44 @@ from delayq.shaping import Shaper
 from delayq.stats import DeliveryStats, FlushPolicy
 from delayq.store import MessageStore
 
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_secretsmanager import SecretsManagerClient
+    from mypy_boto3_sqs import SQSClient
+
+__all__ = [
+    "cleanup_services",
+    "client",
+    "delay_queue",
+    "emitter_services",
+    "ingest_services",
+    "kafka_delivery",
+    "message_store",
+    "payload_store",
+    "redrive_services",
+    "reject_queue",
+    "sqs_queue",
+    "tick_queue",
+]
+
 # Retries are ours (per item, deadline-bounded); botocore's standard mode covers connections.
 _CONFIG = Config(retries={"max_attempts": 3, "mode": "standard"}, max_pool_connections=32)
 
 
+@overload
+def client(service: Literal["dynamodb"], settings: Settings) -> DynamoDBClient: ...
+@overload
+def client(service: Literal["s3"], settings: Settings) -> S3Client: ...
+@overload
+def client(service: Literal["secretsmanager"], settings: Settings) -> SecretsManagerClient: ...
+@overload
+def client(service: Literal["sqs"], settings: Settings) -> SQSClient: ...
 def client(service: str, settings: Settings) -> Any:
-    """A boto3 client; ``AWS_ENDPOINT_URL`` (moto, LocalStack) is honoured by boto3 itself."""
+    """A boto3 client; ``AWS_ENDPOINT_URL`` (moto, LocalStack) is honoured by boto3 itself.
+
+    Typed per service (the ``mypy_boto3_*`` stubs, a development dependency only) for the
+    services the layer uses; any other name is a type error."""
     return boto3.client(service, region_name=settings.region, config=_CONFIG)
 
 

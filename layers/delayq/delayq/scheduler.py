@@ -70,6 +70,14 @@ from delayq.retry import Deadline
 from delayq.settings import Settings
 from delayq.store import MessageStore, Page, Watermark
 
+__all__ = [
+    "CATCH_UP_CHECKPOINT_SECONDS",
+    "QUERY_CHUNK_SECONDS",
+    "ScheduleResult",
+    "fire_timer",
+    "run_scheduler",
+]
+
 # Seconds read per round of parallel first-page queries (x shards partitions).
 QUERY_CHUNK_SECONDS = 8
 # A run catching up (after missed ticks, an outage) records its progress over empty seconds

@@ -12,6 +12,12 @@ from delayq import constants as c
 from delayq.exceptions import ConfigurationError
 from delayq.limits import TenantLimits, parse_limits
 
+__all__ = [
+    "KAFKA_SECURITY_MODES",
+    "Settings",
+    "topic_allowed",
+]
+
 KAFKA_SECURITY_MODES = frozenset(
     {"PLAINTEXT", "SSL", "SASL_SCRAM_SHA_512", "SASL_SCRAM_SHA_256", "MSK_IAM"}
 )

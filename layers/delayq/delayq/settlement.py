@@ -34,6 +34,15 @@ from delayq.queues import QueueEntry
 from delayq.records import DelayRequest
 from delayq.settings import Settings
 
+__all__ = [
+    "DeadLetter",
+    "Retry",
+    "after_failure",
+    "outage_backoff_seconds",
+    "refusal_backoff_seconds",
+    "when_due",
+]
+
 
 @dataclass(frozen=True)
 class Retry:

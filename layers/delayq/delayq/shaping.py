@@ -35,6 +35,14 @@ from delayq.records import DelayRequest
 from delayq.retry import Deadline
 from delayq.store import MessageStore
 
+__all__ = [
+    "Admission",
+    "Claim",
+    "NoReleaseSlotError",
+    "Shaper",
+    "release_slots",
+]
+
 #: Adds ``n`` to the counter of ``(key, second)`` and returns the new value.
 Claim = Callable[[str, int, int], int]
 

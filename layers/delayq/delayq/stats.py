@@ -45,6 +45,25 @@ from typing import Any, Final
 
 from delayq import constants as c
 
+__all__ = [
+    "BOUNDS_ATTRIBUTE",
+    "BOUNDS_MS",
+    "BUCKETS",
+    "DEFAULT_FLUSH_MAX_AGE_MS",
+    "DEFAULT_FLUSH_MAX_MESSAGES",
+    "DEFAULT_POLICY",
+    "DEFAULT_RETENTION_SECONDS",
+    "MAX_TARGETS_PER_ITEM",
+    "MINUTE_MS",
+    "AttributeValue",
+    "DeliveryStats",
+    "FlushPolicy",
+    "Item",
+    "MinuteStats",
+    "TargetStats",
+    "bucket_index",
+]
+
 BOUNDS_MS: Final[tuple[int, ...]] = (
     0,
     10,

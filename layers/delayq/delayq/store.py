@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from botocore.exceptions import ClientError
 
@@ -22,6 +22,25 @@ from delayq.envelope import headers_from_json, headers_json
 from delayq.exceptions import StoreError, WatermarkConflictError
 from delayq.records import CancelRequest, DelayRequest, RescheduleRequest
 from delayq.retry import AWS_ERRORS, Backoff, Deadline, is_retryable, retry_call, retry_partial
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import KeysAndAttributesTypeDef
+
+__all__ = [
+    "Item",
+    "LateRanges",
+    "Marker",
+    "MessageStore",
+    "Page",
+    "Watermark",
+    "cancel_covers",
+    "cancel_key",
+    "message_item",
+    "message_key",
+    "query_pool",
+    "request_from_item",
+]
 
 Item = dict[str, Any]
 T = TypeVar("T")
@@ -318,7 +337,7 @@ class MessageStore:
 
     def __init__(
         self,
-        client: Any,
+        client: DynamoDBClient,
         table_name: str,
         *,
         shards: int,
@@ -608,25 +627,28 @@ class MessageStore:
     ) -> list[Item]:
         """Strongly consistent BatchGetItem of ``keys``, 100 a call, unprocessed keys retried."""
         found: list[Item] = []
-        request: dict[str, Any] = {"ConsistentRead": True}
-        if projection:
-            request["ProjectionExpression"] = ", ".join(projection)
-        if names:
-            request["ExpressionAttributeNames"] = dict(names)
+
+        def request(pending: list[Item]) -> KeysAndAttributesTypeDef:
+            spec: KeysAndAttributesTypeDef = {"Keys": pending, "ConsistentRead": True}
+            if projection:
+                spec["ProjectionExpression"] = ", ".join(projection)
+            if names:
+                spec["ExpressionAttributeNames"] = dict(names)
+            return spec
+
         for chunk in _chunks(keys, c.DYNAMODB_BATCH_GET_KEYS):
 
             def get(pending: list[Item]) -> list[Item]:
                 response = self._call(
                     operation,
                     lambda: self._client.batch_get_item(
-                        RequestItems={self._table: {"Keys": pending, **request}}
+                        RequestItems={self._table: request(pending)}
                     ),
                     deadline,
                 )
                 found.extend(response["Responses"].get(self._table, []))
-                return list(
-                    response.get("UnprocessedKeys", {}).get(self._table, {}).get("Keys", [])
-                )
+                unprocessed = response.get("UnprocessedKeys", {}).get(self._table)
+                return list(unprocessed.get("Keys", [])) if unprocessed is not None else []
 
             retry_partial(operation, get, chunk, self._backoff, deadline)
         return found

@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from delayq import constants as c
 from delayq.cleanup import is_ttl_removal
@@ -29,6 +29,18 @@ from delayq.queues import DelayQueue
 from delayq.records import DelayRequest
 from delayq.retry import AWS_ERRORS, Backoff, Deadline, retry_call
 from delayq.store import request_from_item
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+__all__ = [
+    "BATCH_SECONDS",
+    "FAILED_BATCH_PREFIX",
+    "SEND_CHUNK",
+    "Outcome",
+    "removed_messages",
+    "requeue_failed_batches",
+]
 
 #: Where Lambda writes the failed batches of an event source mapping with an S3 destination.
 FAILED_BATCH_PREFIX = "aws/lambda/"
@@ -72,7 +84,7 @@ class Outcome:
 
 def requeue_failed_batches(
     *,
-    s3: Any,
+    s3: S3Client,
     bucket: str,
     delay_queue: DelayQueue,
     backoff: Backoff,
@@ -117,14 +129,14 @@ def requeue_failed_batches(
     return outcome
 
 
-def _keys(s3: Any, bucket: str) -> Iterator[str]:
+def _keys(s3: S3Client, bucket: str) -> Iterator[str]:
     paginator = s3.get_paginator("list_objects_v2")
     for page in paginator.paginate(Bucket=bucket, Prefix=FAILED_BATCH_PREFIX):
         for item in page.get("Contents", []):
             yield str(item["Key"])
 
 
-def _read_json(s3: Any, bucket: str, key: str, backoff: Backoff, deadline: Deadline) -> Any:
+def _read_json(s3: S3Client, bucket: str, key: str, backoff: Backoff, deadline: Deadline) -> Any:
     response = retry_call(
         "read failed batch", partial(s3.get_object, Bucket=bucket, Key=key), backoff, deadline
     )

@@ -19,6 +19,16 @@ from delayq.producing import Delivery
 from delayq.scheduler import ScheduleResult
 from delayq.settings import Settings, topic_allowed
 
+__all__ = [
+    "NAMESPACE",
+    "logged",
+    "report_cleanup",
+    "report_deliveries",
+    "report_emit",
+    "report_ingest",
+    "report_schedule",
+]
+
 NAMESPACE: Final = "KafkaDelayQueue"
 
 
