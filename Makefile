@@ -51,8 +51,8 @@ format: $(STAMP) ## apply ruff format and safe fixes
 # pytest exits 5 when it collected no test: that is a failure too.
 PYTEST_HONEST = rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected: failing"; exit 1; fi; exit $$rc
 
-unit: $(STAMP) ## unit and functional tests with layer branch coverage (fails under 90%)
-	$(PY) -m pytest -n $(WORKERS) tests/unit tests/functional --cov --cov-branch --cov-fail-under=90; $(PYTEST_HONEST)
+unit: $(STAMP) ## unit, functional and bench tests with layer branch coverage (fails under 90%)
+	$(PY) -m pytest -n $(WORKERS) tests/unit tests/functional bench/tests --cov --cov-branch --cov-fail-under=90; $(PYTEST_HONEST)
 
 # The rest of tests/ after lint, unit and the other checks; the wall time of all of it.
 test: ## the full suite: lint, unit, functional, integration, spark, template checks (prints its time)

@@ -1,13 +1,9 @@
-"""The benchmark's in-memory AWS clients answer the adapters' calls like moto does, and the
-benchmark runs end to end with tiny inputs."""
+"""The in-memory AWS clients (testkit.aws) answer the adapters' calls like moto does."""
 
 from __future__ import annotations
 
-import io
-import json
 from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import boto3
@@ -376,50 +372,3 @@ def test_fake_producer_serves_delivery_reports() -> None:
     assert "UNKNOWN_TOPIC" in results[1].detail
     assert [r.topic for r in producer.produced] == ["orders.timeout"]
     assert producer.produced[0].header("h") == b"1"
-
-
-def test_bench_runs_end_to_end_with_tiny_inputs(tmp_path: Path) -> None:
-    from bench.results import console, write
-    from bench.run import QUICK, run
-
-    options = replace(QUICK, out=tmp_path)
-    doc = run(options, out=io.StringIO())
-    json_path, md_path = write(doc, tmp_path)
-    saved = json.loads(json_path.read_text())
-    for section, keys in {
-        "requests_per_message": ("sqs", "dynamodb_writes_long", "dynamodb_reads_long"),
-        "cpu_messages_per_second": ("ingest", "scheduler", "emitter"),
-        "lateness_ms": ("p50", "p99", "max", "early"),
-        "burst": ("messages", "drain_seconds", "messages_per_second"),
-        "cost_usd_per_million": (
-            "this_design",
-            "explicit_delete",
-            "sqs_reenqueue",
-            "eventbridge_scheduler",
-            "step_functions",
-        ),
-    }.items():
-        for key in keys:
-            assert key in saved[section], (section, key)
-    assert saved["requests_per_message"]["sqs"] > 0
-    assert saved["cpu_messages_per_second"]["emitter"] > 0
-    assert {"ingest", "emitter", "method", "goal", "met"} <= set(saved["cpu_vs_floor"])
-    assert (
-        saved["cost_usd_per_million"]["step_functions"]
-        > saved["cost_usd_per_million"]["eventbridge_scheduler"]
-    )
-    assert saved["machine"]["cpu_model"]
-    aws = saved["fairness"]["aws_scale"]
-    assert [g["name"].split(",")[0] for g in aws["goals"]] == [
-        "bystander p99",
-        "bystander p99",
-        "burst p99 after due",
-        "burst p99 from its release slot",
-    ]
-    # Sharing one queue, the bystanders wait out the burst's drain; apart, they do not.
-    assert aws["bystander_p99_ms"]["before"] > 60_000
-    assert aws["burst_p99_ms"]["capped_from_release"] < aws["burst_p99_ms"]["uncapped_after_due"]
-    assert saved["fairness"]["local"] is None  # --quick runs no local stack
-    assert "fairness (10 M in AWS)" in console(doc)
-    assert "| figure |" in md_path.read_text()
-    assert "cost per million" in console(doc)

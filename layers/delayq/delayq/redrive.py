@@ -279,8 +279,8 @@ class _Run:
     held: dict[str, SourceMessage] = field(default_factory=dict)
     seen: set[str] = field(default_factory=set)
     # Fingerprints of the records this run put back on the reject queue: when a receive
-    # brings one of them, it is ours, not a new reject, and is left for a later run.
-    ours: set[str] = field(default_factory=set)
+    # brings one of them, it is this run's, not a new reject, and is left for a later run.
+    put_back: set[str] = field(default_factory=set)
     taken: int = 0  # source messages read and dealt with (what ``limit`` counts)
 
     @property
@@ -364,7 +364,7 @@ class _Run:
                 for message, _ in rejected:
                     self.fail(message, f"reject queue refused it: {e}")
                 return
-            self.ours.update(_fingerprint(r.record) for _, r in rejected)
+            self.put_back.update(_fingerprint(r.record) for _, r in rejected)
             self.settle([m for m, _ in rejected])
         self.report.still_rejected += len(rejected)
         self.report.reasons.update(str(r.reason) for _, r in rejected)
@@ -391,7 +391,7 @@ class _Run:
                     self.fail(message, f"ingest failed: {e}")
                 return
             rejections = result.rejected
-            self.ours.update(_fingerprint(r.record) for r in rejections)
+            self.put_back.update(_fingerprint(r.record) for r in rejections)
             self.settle([m for m, _ in pairs])
         self.report.moved += len(pairs) - len(rejections)
         self.report.still_rejected += len(rejections)
@@ -454,7 +454,7 @@ def _rejects(run: _Run, batch: Sequence[SourceMessage]) -> None:
         except _UnusableMessageError as e:
             run.fail(message, str(e))
             continue
-        if _fingerprint(record) in run.ours:
+        if _fingerprint(record) in run.put_back:
             run.skip()
         elif isinstance(record, Mapping) and set(record) == DELAY_QUEUE_RECORD_KEYS:
             envelopes.append((message, record))
