@@ -8,32 +8,76 @@ anything; this module adds what AWS documents on top of them.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from botocore.exceptions import ClientError
 from confluent_kafka import KafkaError
 
 from delayq import constants as c
 from sim.faults import Knobs
 from sim.world import World
-from testkit.aws import FakeDynamoDB, RequestCounter
+from testkit.aws import FakeDynamoDB, RequestCounter, item_size, read_units, write_units
 from testkit.kafka import FakeProducer, ProducedRecord
 
 _WRITES: Final = frozenset({"put_item", "update_item", "delete_item", "batch_write_item"})
 _READS: Final = frozenset({"get_item", "query", "batch_get_item"})
 
 
+class PartitionBudget:
+    """DynamoDB's throughput per partition key: at most ``partition_wcu`` write units and
+    ``partition_rcu`` read units a second (a single key is one partition; adaptive capacity
+    cannot split it). A call on a key whose budget for the current second is spent is
+    throttled: ``ProvisionedThroughputExceededException``, nothing done."""
+
+    def __init__(self, world: World, knobs: Knobs) -> None:
+        self.world = world
+        self.knobs = knobs
+        self._second = -1
+        self._used: dict[tuple[str, str], float] = {}  # (kind, pk) -> units this second
+
+    def admit(self, kind: str, pks: Sequence[str], operation: str) -> None:
+        """Raise the throttling error when any of ``pks`` has spent its ``kind`` budget."""
+        self._roll()
+        limit = self.knobs.partition_wcu if kind == "write" else self.knobs.partition_rcu
+        if any(self._used.get((kind, pk), 0) >= limit for pk in pks):
+            self.world.faults["dynamodb-hot-partition"] += 1
+            raise ClientError(
+                {
+                    "Error": {
+                        "Code": "ProvisionedThroughputExceededException",
+                        "Message": "Throughput exceeds the current capacity of your table "
+                        "or index.",
+                    },
+                    "ResponseMetadata": {"HTTPStatusCode": 400},
+                },
+                operation,
+            )
+
+    def spend(self, kind: str, pk: str, units: float) -> None:
+        """Count ``units`` against ``pk``'s budget for this second."""
+        self._roll()
+        self._used[(kind, pk)] = self._used.get((kind, pk), 0) + units
+
+    def _roll(self) -> None:
+        second = self.world.now_ms // 1000
+        if second != self._second:
+            self._second, self._used = second, {}
+
+
 class ReplicatedDynamoDB:
-    """A table with a lagging replica. Writes go to the primary and reach the replica up to
-    ``stale_read_ms`` later, in order; reads without ``ConsistentRead`` are answered by the
-    replica (a state up to that old), strongly consistent ones by the primary."""
+    """A table with a lagging replica and a throughput budget per partition key. Writes go to
+    the primary and reach the replica up to ``stale_read_ms`` later, in order; reads without
+    ``ConsistentRead`` are answered by the replica (a state up to that old), strongly
+    consistent ones by the primary."""
 
     def __init__(self, world: World, knobs: Knobs, counter: RequestCounter) -> None:
         self.world = world
         self.knobs = knobs
         self.primary = FakeDynamoDB(counter)
         self.replica = FakeDynamoDB(RequestCounter())
+        self.budget = PartitionBudget(world, knobs)
         self._applied_until = 0
 
     def create_table(self, name: str) -> None:
@@ -53,7 +97,11 @@ class ReplicatedDynamoDB:
         raise AttributeError(name)
 
     def _write(self, name: str, kwargs: dict[str, Any]) -> Any:
+        units = _write_units(name, kwargs)
+        self.budget.admit("write", list(units), name)
         answer = getattr(self.primary, name)(**kwargs)  # raises when a condition fails
+        for pk, n in units.items():
+            self.budget.spend("write", pk, n)
         if answer.get("UnprocessedItems"):
             raise NotImplementedError("the in-memory primary never leaves items unprocessed")
         replay = copy.deepcopy(kwargs)
@@ -71,10 +119,48 @@ class ReplicatedDynamoDB:
             consistent = all(s.get("ConsistentRead") for s in kwargs["RequestItems"].values())
         else:
             consistent = bool(kwargs.get("ConsistentRead"))
+        pk = _read_key(name, kwargs)
+        if pk is not None:
+            self.budget.admit("read", [pk], name)
         if not consistent and self.knobs.stale_read_ms:
             self.world.faults["dynamodb-stale-read"] += 1
-            return getattr(self.replica, name)(**kwargs)
-        return getattr(self.primary, name)(**kwargs)
+            answer = getattr(self.replica, name)(**kwargs)
+        else:
+            answer = getattr(self.primary, name)(**kwargs)
+        if pk is not None:
+            found = answer.get("Items") or ([answer["Item"]] if answer.get("Item") else [])
+            size = sum(item_size(i) for i in found)
+            self.budget.spend("read", pk, read_units(size, consistent))
+        return answer
+
+
+def _write_units(name: str, kwargs: Mapping[str, Any]) -> dict[str, float]:
+    """Write units by partition key (an update or delete counts one unit: its item's size is
+    not known from the request)."""
+    if name == "batch_write_item":
+        units: dict[str, float] = {}
+        for writes in kwargs["RequestItems"].values():
+            for w in writes:
+                put = w.get("PutRequest")
+                item = put["Item"] if put else w["DeleteRequest"]["Key"]
+                n = write_units(item_size(item)) if put else 1
+                units[item["pk"]["S"]] = units.get(item["pk"]["S"], 0) + n
+        return units
+    if name == "put_item":
+        return {kwargs["Item"]["pk"]["S"]: write_units(item_size(kwargs["Item"]))}
+    return {kwargs["Key"]["pk"]["S"]: 1}
+
+
+def _read_key(name: str, kwargs: Mapping[str, Any]) -> str | None:
+    """The partition key a GetItem or a Query on the table reads (None: a batch read, an
+    index query; not budgeted here)."""
+    if name == "get_item":
+        return str(kwargs["Key"]["pk"]["S"])
+    if name == "query" and not kwargs.get("IndexName"):
+        values = kwargs.get("ExpressionAttributeValues") or {}
+        pk = values.get(":pk")
+        return None if pk is None else str(pk["S"])
+    return None
 
 
 @dataclass

@@ -78,11 +78,17 @@ class Knobs:
     # sync steps it back within (forwards or backwards, as NTP may).
     clock_skew_ms: int = 400
     clock_drift_ppm: int = 200
+    # Per invocation: Lambda throttles it (429: the account or the function has no concurrency
+    # left); the event source retries as after a failure.
+    lambda_throttled: float = 0.002
+    # Per partition key and second (DynamoDB's documented per-partition maximums).
+    partition_wcu: int = 1000
+    partition_rcu: int = 3000
 
     @classmethod
     def calm(cls) -> Knobs:
         """No fault at all (AWS on a good day; the checker's baseline)."""
-        kept = ("latency_ms", "stale_read_ms", "ttl_lag_s")
+        kept = ("latency_ms", "stale_read_ms", "ttl_lag_s", "partition_wcu", "partition_rcu")
         zero: dict[str, Any] = {f.name: 0 for f in fields(cls) if f.name not in kept}
         return replace(cls(), **zero)
 

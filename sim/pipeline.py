@@ -241,7 +241,13 @@ class Pipeline:
         body: Callable[[_Container, Invocation], None],
         done: Callable[[bool], None],
     ) -> None:
-        """Run ``body`` in a container of ``function``; ``done(ok)`` settles the event."""
+        """Run ``body`` in a container of ``function``; ``done(ok)`` settles the event. Lambda
+        may throttle the invocation (no concurrency left): it never runs, and the event source
+        retries as it does after a failure."""
+        if self.world.chance(self.knobs.lambda_throttled, "lambda-throttled"):
+            self.world.note(f"{function} invocation throttled")
+            self.world.at(self.world.now_ms, lambda: done(False))
+            return
         self.invocations[function] += 1
         containers = self._containers[function]
         container = containers.take()

@@ -219,7 +219,7 @@ def _scheduler_skips_expired_items(monkeypatch: pytest.MonkeyPatch) -> None:
     [
         (_direct_path_skips_cancel_markers, 35, "cancel"),
         (_network_errors_not_retried, 0, "unretried"),
-        (_scheduler_skips_expired_items, 2, "held"),
+        (_scheduler_skips_expired_items, 3, "held"),
     ],
     ids=["direct-path-cancel", "network-errors", "expired-items"],
 )
@@ -279,3 +279,15 @@ def test_a_failed_invocation_halves_its_batch_and_a_poison_record_goes_to_the_de
     assert seen[:10] == [1, 2, 3, 4, 5, 1, 2, 3, 4, 5]
     assert seen[-3:] == [6, 7, 8]
     assert [r["eventID"] for r in pipeline.cleanup_failures] == ["5"]
+
+
+def test_a_throttled_invocation_never_runs_and_its_source_retries() -> None:
+    world = World(1, NOW_MS)
+    pipeline = Pipeline(world, dataclasses.replace(Knobs.calm(), lambda_throttled=1.0))
+    ran: list[str] = []
+    settled: list[bool] = []
+    pipeline._invoke("emitter", lambda _cn, _inv: ran.append("ran"), settled.append)
+    world.run_until(NOW_MS + 1)
+    assert ran == []
+    assert settled == [False]
+    assert world.faults["lambda-throttled"] == 1

@@ -287,6 +287,41 @@ def test_eventually_consistent_reads_see_writes_late_and_in_order() -> None:
     assert table.get_item(TableName=TABLE, Key=key)["Item"]["n"] == {"N": "2"}
 
 
+def test_a_partition_key_past_its_write_units_in_a_second_is_throttled() -> None:
+    w = world()
+    table = ReplicatedDynamoDB(w, replace(CALM, partition_wcu=2), RequestCounter())
+    table.create_table(TABLE)
+    table.put_item(TableName=TABLE, Item=item("hot", "1"))
+    table.put_item(TableName=TABLE, Item=item("hot", "2"))
+    with pytest.raises(ClientError) as raised:
+        table.put_item(TableName=TABLE, Item=item("hot", "3"))
+    assert raised.value.response["Error"]["Code"] == "ProvisionedThroughputExceededException"
+    table.put_item(TableName=TABLE, Item=item("cold", "1"))  # other keys have their own budget
+    w.now_ms += 1000
+    table.put_item(TableName=TABLE, Item=item("hot", "3"))  # a new second, a new budget
+    keys = [i["sk"]["S"] for i in table.items(TABLE) if i["pk"]["S"] == "hot"]
+    assert sorted(keys) == ["1", "2", "3"]
+    assert w.faults["dynamodb-hot-partition"] == 1
+
+
+def test_a_partition_key_past_its_read_units_in_a_second_is_throttled() -> None:
+    w = world()
+    table = ReplicatedDynamoDB(w, replace(CALM, partition_rcu=1), RequestCounter())
+    table.create_table(TABLE)
+    table.put_item(TableName=TABLE, Item=item("hot", "1"))
+    query = {
+        "TableName": TABLE,
+        "KeyConditionExpression": "pk = :pk",
+        "ExpressionAttributeValues": {":pk": {"S": "hot"}},
+        "ConsistentRead": True,
+    }
+    assert len(table.query(**query)["Items"]) == 1  # one strongly consistent unit
+    with pytest.raises(ClientError):
+        table.query(**query)
+    w.now_ms += 1000
+    assert len(table.query(**query)["Items"]) == 1
+
+
 def test_ttl_deletes_within_the_lag_and_expired_items_stay_readable_until_then() -> None:
     w = world()
     knobs = replace(CALM, ttl_lag_s=3_600)
