@@ -234,10 +234,9 @@ class Checker:
             self._delivered(message, delivered, verdict)
             if not later:
                 self._check_released(message, min(d.at_ms for d in delivered), verdict)
+            acks = [ack for ack in (self.ack_ms[id(cancel)] for cancel in cancels) if ack]
             for d in delivered:
-                read_by_ms = d.at_ms - READ_BOUND_MS
-                acked = [self.ack_ms[id(cancel)] for cancel in cancels]
-                if any(ack is not None and ack <= read_by_ms for ack in acked):
+                if acks and min(acks) <= d.at_ms - READ_BOUND_MS:
                     detail = f"produced at {d.at_ms}, over an invocation after its cancel's ack"
                     verdict.violations.append(
                         Violation("cancel", message.delay_id, message.due_ms, detail)
