@@ -21,7 +21,7 @@ from delayq.envelope import (
     headers_json,
 )
 from delayq.exceptions import EnvelopeError
-from delayq.records import DelayRequest, estimated_body_bytes
+from delayq.records import DelayRequest, _json_text_len, estimated_body_bytes
 from testkit.clock import NOW_MS
 from tests.factories import PROPERTY, delay_request
 
@@ -171,6 +171,13 @@ def test_envelope_decode_rejects_bodies_that_are_not_ours(body: str, message: st
 @given(request=requests)
 def test_estimated_body_bytes_is_an_upper_bound_of_the_encoded_size(request: DelayRequest) -> None:
     assert len(Envelope(request).encode().encode()) <= estimated_body_bytes(request)
+
+
+@PROPERTY
+@given(text=st.text())
+def test_the_json_length_of_a_text_is_exact(text: str) -> None:
+    # The fast path (nothing to escape) and json.dumps agree on every text.
+    assert _json_text_len(text) == len(json.dumps(text))
 
 
 def test_estimated_body_bytes_bounds_non_ascii_ids_and_header_names() -> None:

@@ -8,6 +8,8 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from delayq import constants as c
 from delayq.exceptions import MalformedEventError
@@ -17,6 +19,7 @@ from delayq.records import (
     Reason,
     RejectedRecord,
     RescheduleRequest,
+    _header_value,
     delivery_headers,
     estimated_body_bytes,
     iter_event_records,
@@ -26,7 +29,7 @@ from delayq.records import (
 from delayq.settings import Settings
 from testkit.clock import NOW_MS
 from testkit.events import header, kafka_event, kafka_record
-from tests.factories import delay_request
+from tests.factories import PROPERTY, delay_request
 
 WEEK_S = 7 * 24 * 3600
 
@@ -881,3 +884,9 @@ def test_header_values_outside_a_byte_are_bad_headers(
     with pytest.raises(RejectedRecord) as raised:
         parse(record, settings)
     assert raised.value.reason is Reason.BAD_HEADERS
+
+
+@PROPERTY
+@given(values=st.lists(st.integers(min_value=-128, max_value=255), max_size=64))
+def test_any_byte_notation_mix_reads_as_those_bytes(values: list[int]) -> None:
+    assert _header_value("h", values) == bytes(b & 0xFF for b in values)

@@ -84,6 +84,11 @@ def test_a_long_repetitive_key_is_compressed_a_short_one_is_not() -> None:
     assert c.ATTR_KEY not in item(long_key)
     assert item(short_key)[c.ATTR_KEY] == {"B": b"k-1"}
     assert request_from_item(item(long_key)) == long_key
+    # Under 64 bytes nothing is compressed, even what zlib would shrink a little.
+    short_repetitive = delay_request(key=b"a" * 63, value=b"b" * 63)
+    assert item(short_repetitive)[c.ATTR_KEY] == {"B": b"a" * 63}
+    assert item(short_repetitive)[c.ATTR_VALUE] == {"B": b"b" * 63}
+    assert request_from_item(item(short_repetitive)) == short_repetitive
 
 
 def test_size_counts_the_message_bytes_not_the_stored_ones() -> None:

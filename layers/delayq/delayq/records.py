@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import dataclasses
 import enum
 import json
 import re
@@ -201,8 +200,15 @@ def _b64_len(n: int) -> int:
     return 4 * ((n + 2) // 3)
 
 
+# The characters json.dumps writes as they are: printable ASCII but the quote and backslash.
+_JSON_ESCAPED = re.compile(r"[^ !#-\[\]-~]")
+
+
 def _json_text_len(text: str) -> int:
-    # Exact: json.dumps escapes non-ASCII (up to 12 characters for one code point).
+    # Exact: json.dumps escapes quotes, backslashes, control characters and non-ASCII (up to
+    # 12 characters for one code point); most texts have none of those.
+    if _JSON_ESCAPED.search(text) is None:
+        return len(text) + 2
     return len(json.dumps(text))
 
 
@@ -214,6 +220,11 @@ def estimated_body_bytes(request: DelayRequest) -> int:
     """An upper bound of the size of the request's delay-queue envelope
     (``delayq.envelope.Envelope.encode``), without encoding it. It lives here because
     :func:`parse_record` checks it, and the envelope module builds on this one."""
+    return _inline_body_bytes(request) - _json_bytes_len(None) + _json_bytes_len(request.value)
+
+
+def _inline_body_bytes(request: DelayRequest) -> int:
+    """:func:`estimated_body_bytes` of the request with its value left out (offloaded)."""
     header_bytes = sum(_json_text_len(n) + 4 + _json_bytes_len(v) for n, v in request.headers)
     return (
         # The fixed field names and punctuation, the optional numbers and priority.
@@ -226,7 +237,7 @@ def estimated_body_bytes(request: DelayRequest) -> int:
         + _json_text_len(request.src)
         + _json_text_len(request.moved_src)
         + _json_bytes_len(request.key)
-        + _json_bytes_len(request.value)
+        + _json_bytes_len(None)
         + header_bytes
         + _json_text_len(request.payload_ref or "")
     )
@@ -308,7 +319,7 @@ def parse_record(record: Any, settings: Settings, now_ms: int) -> ControlRequest
         )
     # Key and headers stay inline even when the value is offloaded: count them as encoded
     # (base64, JSON escapes), so that a pointer envelope always fits an SQS body.
-    inline = estimated_body_bytes(dataclasses.replace(request, value=None))
+    inline = _inline_body_bytes(request)
     if inline > c.MAX_INLINE_KEY_AND_HEADERS_BYTES:
         raise RejectedRecord(
             Reason.PAYLOAD_TOO_LARGE,
@@ -423,10 +434,18 @@ def _header_value(name: str, value: Any) -> bytes | None:
     if not isinstance(value, list):
         raise RejectedRecord(Reason.BAD_HEADERS, f"header {name!r} is not a byte array")
     # Lambda's Kafka event sources serialise header values as Java bytes, which are signed:
-    # 0x80..0xFF arrive as -128..-1. Accept both notations of a byte.
-    if not all(type(b) is int and -128 <= b <= 255 for b in value):
+    # 0x80..0xFF arrive as -128..-1. Accept both notations of a byte (and nothing else: not
+    # a bool, whatever Python thinks of it).
+    if value and set(map(type, value)) != {int}:
         raise RejectedRecord(Reason.BAD_HEADERS, f"header {name!r} has a non-byte value")
-    return bytes(b & 0xFF for b in value)
+    try:
+        return bytes(value)  # 0..255 only
+    except ValueError:
+        if min(value) < -128 or max(value) > 255:
+            raise RejectedRecord(
+                Reason.BAD_HEADERS, f"header {name!r} has a non-byte value"
+            ) from None
+        return bytes(b & 0xFF for b in value)
 
 
 def _control_headers(headers: Headers) -> dict[str, str]:

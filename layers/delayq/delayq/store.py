@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from botocore.exceptions import ClientError
 
@@ -178,9 +178,16 @@ def request_from_item(item: Item) -> DelayRequest:
     )
 
 
+# Shorter keys and values are stored as they are: zlib's frame takes 6 of the few bytes it
+# could save, and a call costs half of what compressing a kilobyte does.
+_MIN_PACKED_BYTES: Final = 64
+
+
 def _packed(plain: str, compressed: str, raw: bytes) -> Item:
     # zlib's default level: at 1 KB it costs ~1 us more than level 1 and saves ~10 B; on
     # larger values every KB saved is a write unit, worth far more than the CPU.
+    if len(raw) < _MIN_PACKED_BYTES:
+        return {plain: {"B": raw}}
     packed = zlib.compress(raw, c.STORE_ZLIB_LEVEL)
     if len(compressed) + len(packed) < len(plain) + len(raw):
         return {compressed: {"B": packed}}
