@@ -437,15 +437,17 @@ def _header_value(name: str, value: Any) -> bytes | None:
     # 0x80..0xFF arrive as -128..-1. Accept both notations of a byte (and nothing else: not
     # a bool, whatever Python thinks of it).
     if value and set(map(type, value)) != {int}:
-        raise RejectedRecord(Reason.BAD_HEADERS, f"header {name!r} has a non-byte value")
+        raise _not_bytes(name)
     try:
         return bytes(value)  # 0..255 only
     except ValueError:
         if min(value) < -128 or max(value) > 255:
-            raise RejectedRecord(
-                Reason.BAD_HEADERS, f"header {name!r} has a non-byte value"
-            ) from None
+            raise _not_bytes(name) from None
         return bytes(b & 0xFF for b in value)
+
+
+def _not_bytes(name: str) -> RejectedRecord:
+    return RejectedRecord(Reason.BAD_HEADERS, f"header {name!r} has a non-byte value")
 
 
 def _control_headers(headers: Headers) -> dict[str, str]:

@@ -19,7 +19,6 @@ from delayq.ingest import IngestServices
 from delayq.kafka import KafkaDelivery, make_producer
 from delayq.payloads import PayloadStore
 from delayq.queues import DelayQueue, RejectQueue, SqsQueue, TickQueue
-from delayq.redrive import RedriveServices
 from delayq.settings import Settings
 from delayq.shaping import Shaper
 from delayq.stats import DeliveryStats, FlushPolicy
@@ -30,6 +29,8 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_secretsmanager import SecretsManagerClient
     from mypy_boto3_sqs import SQSClient
+
+    from delayq.redrive import RedriveServices
 
 __all__ = [
     "cleanup_services",
@@ -174,7 +175,10 @@ def emitter_services(settings: Settings) -> EmitterServices:
 
 def redrive_services(settings: Settings) -> RedriveServices:
     """What a redrive (``delayq redrive``) uses: its source queue, the oversize rejected
-    records, and ingest's destinations (table, queues and bucket must be set)."""
+    records, and ingest's destinations (table, queues and bucket must be set). Imported here:
+    only the operators' command needs it, and every handler imports this module."""
+    from delayq.redrive import RedriveServices  # noqa: PLC0415
+
     return RedriveServices(
         sqs=client("sqs", settings),
         s3=client("s3", settings),
