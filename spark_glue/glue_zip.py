@@ -12,7 +12,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent / "delayq_reports"
 # Local runs, the benchmark and test helpers; the Glue jobs never import them.
-LOCAL_ONLY = frozenset({"local.py", "bench.py", "testing.py"})
+LOCAL_ONLY = frozenset({"local_spark.py", "bench.py", "synthetic_exports.py"})
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 
 
