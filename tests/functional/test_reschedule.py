@@ -314,6 +314,22 @@ def test_an_offloaded_payload_moves_as_its_pointer(p: Pipeline) -> None:
     assert emitted(p) == [("r-1", LATER_MS, big)]
 
 
+def test_an_offloaded_message_moved_into_the_direct_window_goes_whole_through_the_queue(
+    p: Pipeline,
+) -> None:
+    # Ingest's direct path has no value to produce for a copy whose value waits in S3: the
+    # copy goes to the delay queue as its pointer, and the emitter restores the value.
+    big = b"x" * (p.settings.offload_threshold_bytes + 1)
+    ingest(p, {**send(), "value": base64.b64encode(big).decode()})
+    result = ingest(p, move(2, NOW_MS), direct=True)
+    assert result.deliveries == []
+    assert len(p.delayed()) == 1
+    p.deliver_released()
+    assert emitted(p) == [("r-1", NOW_MS, big)]
+    assert deliver_around(p, OLD_DUE_MS).cancelled == 1
+    assert len(emitted(p)) == 1
+
+
 def test_a_message_never_rescheduled_makes_no_reschedule_request(p: Pipeline) -> None:
     # Every DynamoDB call ingest and the emitter make, counted: the same as before reschedules
     # existed (one batch write and the watermark read at ingest; one marker read per batch at

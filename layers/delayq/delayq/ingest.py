@@ -198,12 +198,18 @@ def ingest_batch(
 def _split_direct(
     requests: list[DelayRequest], settings: Settings, services: IngestServices, clock: Clock
 ) -> tuple[list[DelayRequest], list[DelayRequest]]:
-    """``(due within the direct window, the others)``; nothing is direct without the path."""
+    """``(due within the direct window, the others)``; nothing is direct without the path.
+    A reschedule's copy whose value waits in S3 is not direct either: ingest would have no
+    value to produce (the emitter restores it)."""
     if services.direct is None or not settings.direct_window_ms:
         return [], requests
     now_ms = clock()
-    direct = [r for r in requests if is_direct(r, now_ms, settings)]
-    return direct, [r for r in requests if not is_direct(r, now_ms, settings)]
+    direct: list[DelayRequest] = []
+    others: list[DelayRequest] = []
+    for r in requests:
+        goes_direct = is_direct(r, now_ms, settings) and not r.payload_ref
+        (direct if goes_direct else others).append(r)
+    return direct, others
 
 
 def _refused(event: Any, refused: Sequence[tuple[DelayRequest, str]]) -> list[Rejection]:
