@@ -19,13 +19,14 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from bench.harness import InMemoryPipeline
+from bench.harness import InMemoryPipeline, bench_settings
 from bench.reference_mix import (
     DELAY_TOPIC,
     REFERENCE_MIX,
     Workload,
     batched,
     kafka_record,
+    mixed_delays_ms,
 )
 from delayq import buckets
 from testkit import events
@@ -326,6 +327,75 @@ class CallFigures:
             "source": "in-memory clients (testkit.aws), real services",
             "by_path": {name: p.summary() for name, p in self.paths.items()},
         }
+
+
+# Delay mixes for the cost of the pending counts: the reference mix (delays spread uniformly
+# over bands of hours and days: nearly every record of a batch is due in a minute of its own,
+# the worst case) and a producer that uses a few fixed delays (retries, reminders, timeouts).
+FIXED_DELAYS_MS: Final = (30_000, 3600_000, 86_400_000)
+PENDING_BATCHES: Final = (100, 1000)
+
+
+def measure_pending_counts(
+    messages: int, workload: Workload = REFERENCE_MIX, seed: int = 11
+) -> dict[str, Any]:
+    """What the pending counts add per message: ingest batches of records sent together (at
+    the same time, delays drawn from the mix), run with the counts on and off, the difference
+    in DynamoDB write calls and write units per message."""
+    rng = random.Random(seed)
+    mixes = {
+        "reference mix": mixed_delays_ms(messages, workload, rng),
+        "three fixed delays (30 s, 1 h, 1 day)": [
+            rng.choice(FIXED_DELAYS_MS) for _ in range(messages)
+        ],
+    }
+    rows = []
+    for mix, delays in mixes.items():
+        records = [kafka_record(i, delay_ms=d) for i, d in enumerate(delays)]
+        for batch in PENDING_BATCHES:
+            on, off = (_ingest_counter(records, batch, counts) for counts in (1, 0))
+            rows.append(
+                {
+                    "mix": mix,
+                    "batch": batch,
+                    "write_calls_per_message": (on.calls - off.calls) / messages,
+                    "wru_per_message": (on.wru - off.wru) / messages,
+                }
+            )
+    return {
+        "messages": messages,
+        "rows": rows,
+        "note": "one UpdateItem per pending-count item (the minutes of an hour, the hours of a "
+        "day, the days of a week) and target a batch touches; `delayq pending` reads 7 days "
+        "with one Query per day",
+    }
+
+
+@dataclass(frozen=True)
+class _Writes:
+    calls: int
+    wru: float
+
+
+def _ingest_counter(records: list[dict[str, Any]], batch: int, counts: int) -> _Writes:
+    pipeline = InMemoryPipeline.create(bench_settings(pending_counts=counts))
+    try:
+        deadline = pipeline.deadline()
+        pipeline.store.create_watermark(buckets.due_second(NOW_MS) - 1, NOW_MS, deadline)
+        pipeline.counter.reset()
+        for chunk in batched(records, batch):
+            pipeline.ingest(events.kafka_event(*chunk))
+        calls = pipeline.counter.by_operation()
+        return _Writes(
+            sum(
+                v
+                for k, v in calls.items()
+                if k in ("dynamodb.UpdateItem", "dynamodb.BatchWriteItem", "dynamodb.PutItem")
+            ),
+            pipeline.counter.unit("dynamodb", "wru"),
+        )
+    finally:
+        pipeline.close()
 
 
 def measure_calls(cfg: CallSettings, workload: Workload = REFERENCE_MIX) -> CallFigures:

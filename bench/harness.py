@@ -19,13 +19,22 @@ from delayq.emitter import EmitResult, EmitterServices, emit_batch, messages_fro
 from delayq.ingest import IngestResult, IngestServices, ingest_batch
 from delayq.kafka import KafkaDelivery
 from delayq.payloads import PayloadStore
+from delayq.pending import PendingCounts
 from delayq.queues import DelayQueue, RejectQueue, SqsQueue
 from delayq.retry import Deadline
 from delayq.scheduler import ScheduleResult, run_scheduler
 from delayq.settings import Settings
 from delayq.stats import DeliveryStats
 from delayq.store import MessageStore, query_pool
-from testkit.aws import FakeDynamoDB, FakeS3, FakeSqs, RequestCounter, as_s3_client, as_sqs_client
+from testkit.aws import (
+    FakeDynamoDB,
+    FakeS3,
+    FakeSqs,
+    RequestCounter,
+    as_dynamodb_client,
+    as_s3_client,
+    as_sqs_client,
+)
 from testkit.clock import NOW_MS, FakeClock, no_sleep_backoff
 from testkit.kafka import FakeProducer
 from testkit.services import message_store
@@ -85,6 +94,8 @@ class InMemoryPipeline:
     rejects: RejectQueue
     stats: DeliveryStats
     executor: ThreadPoolExecutor  # the store's parallel queries (closed by close())
+    # The pending counts ingest keeps (None when the settings turn them off).
+    pending: PendingCounts | None = None
     invocations: Invocations = field(default_factory=Invocations)
 
     @classmethod
@@ -134,6 +145,9 @@ class InMemoryPipeline:
             ),
             stats=DeliveryStats(instance_id="bench"),
             executor=executor,
+            pending=PendingCounts(as_dynamodb_client(dynamodb), TABLE, backoff=backoff)
+            if s.pending_counts
+            else None,
         )
 
     def close(self) -> None:
@@ -149,7 +163,9 @@ class InMemoryPipeline:
     def ingest(self, event: Any) -> IngestResult:
         """One ingest invocation."""
         self.invocations.ingest += 1
-        services = IngestServices(self.store, self.delay_queue, self.rejects, self.payloads)
+        services = IngestServices(
+            self.store, self.delay_queue, self.rejects, self.payloads, pending=self.pending
+        )
         return ingest_batch(
             event,
             settings=self.settings,

@@ -248,6 +248,17 @@ def console(doc: Mapping[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _pending_lines(pending: Mapping[str, Any] | None) -> list[str]:
+    """What the pending counts add per message, by delay mix and ingest batch size."""
+    if not pending:
+        return []
+    return [f"  pending counts (DELAYQ_PENDING_COUNTS=1), added per message: {pending['note']}"] + [
+        f"    {r['mix']}, ingest batches of {r['batch']}: {r['wru_per_message']:.4f} WRU, "
+        f"{r['write_calls_per_message']:.4f} calls"
+        for r in pending["rows"]
+    ]
+
+
 def _details(doc: Mapping[str, Any]) -> list[str]:
     """Method and inputs of every figure, for the console."""
     out = ["", "method and inputs:"]
@@ -272,12 +283,13 @@ def _details(doc: Mapping[str, Any]) -> list[str]:
     for path, p in req["by_path"].items():
         ops = ", ".join(f"{k} {v:.4f}" for k, v in p["by_operation"].items())
         out.append(f"    {path} ({p['messages']:,} messages): {ops}")
-    local = req.get("local_stack")
-    if local:
-        out.append(
-            f"    local stack at {local['rate_per_second']:g}/s: handlers "
-            + ", ".join(f"{k} {v}" for k, v in local["all_handlers"].items())
-        )
+    out += [
+        f"    local stack at {local['rate_per_second']:g}/s: handlers "
+        + ", ".join(f"{k} {v}" for k, v in local["all_handlers"].items())
+        for local in [req.get("local_stack")]
+        if local
+    ]
+    out += _pending_lines(req.get("pending_counts"))
     lat = doc["lateness_ms"]
     out.append(f"  lateness: {lat['source']}; {lat.get('method', '')}")
     if lat.get("rate_chosen"):

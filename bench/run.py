@@ -107,6 +107,7 @@ def run(options: Options, out: TextIO = sys.stderr) -> dict[str, Any]:
     t = _step(out, "requests per message (in-memory clients)")
     call_figures = calls_mod.measure_calls(options.calls, workload)
     requests = call_figures.as_dict()
+    requests["pending_counts"] = calls_mod.measure_pending_counts(options.calls.messages, workload)
     out.write(f"   sqs {requests['sqs']:.3f}/msg ({time.monotonic() - t:.0f} s)\n")
 
     _step(out, "cost model")

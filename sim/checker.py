@@ -40,6 +40,7 @@ from delayq import constants as c
 from delayq.envelope import dead_letter_of, decode_body
 from delayq.exceptions import EnvelopeError
 from delayq.kafka import Failure
+from delayq.pending import counts_of, period_of
 from delayq.records import DelayRequest
 from delayq.store import request_from_item
 from sim.aws import Produced
@@ -74,7 +75,8 @@ BUCKET_MS: Final = 10
 class Violation:
     """One broken guarantee: what, of which message."""
 
-    # lost, early, cancel, reschedule, corrupt, refused, dead-lettered, iam, unretried, held
+    # lost, early, cancel, reschedule, corrupt, refused, dead-lettered, iam, unretried, held,
+    # counted
     kind: str
     delay_id: str
     due_ms: int
@@ -192,7 +194,33 @@ class Checker:
         for u in self.p.retries.found:
             detail = f"{u.function} never retried {u.call} after {u.error} at {u.at_ms}"
             verdict.violations.append(Violation("unretried", u.function, 0, detail))
+        verdict.violations.extend(self._overcounted())
         return verdict
+
+    def _overcounted(self) -> list[Violation]:
+        """The pending counts never count a record twice: a period's count is at most the
+        delay records due in it plus the reschedules moving a message into it (fewer when
+        some went out on the direct path, were cancelled or moved away)."""
+        bound: Counter[tuple[int, int]] = Counter(
+            period_of(i.due_ms, i.send_ms)
+            for i in self.workload.intents
+            if i.kind in ("delay", "reschedule")
+        )
+        counted: Counter[tuple[int, int]] = Counter()
+        for item in self.p.dynamodb.items(self.p.settings.table_name):
+            if item.get("kind", {}).get("S") == c.KIND_PENDING:
+                for count in counts_of(item):
+                    counted[(count.minute, count.minutes)] += count.total
+        return [
+            Violation(
+                "counted",
+                "",
+                period[0] * 60_000,
+                f"{n} counted pending for {period[1]} min, {bound[period]} records due",
+            )
+            for period, n in sorted(counted.items())
+            if n > bound[period]
+        ]
 
     # --- rules ----------------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from delayq.emitter import EmitterServices, emit_batch, messages_from_event
 from delayq.ingest import IngestServices, ingest_batch
 from delayq.kafka import KafkaDelivery
 from delayq.payloads import PayloadStore
+from delayq.pending import PendingCounts
 from delayq.queues import DelayQueue, RejectQueue, SqsQueue, TickQueue
 from delayq.retry import Backoff
 from delayq.scheduler import fire_timer, run_scheduler
@@ -46,7 +47,14 @@ from sim.faults import DriftingClock, Faulty, Knobs, RetryLedger
 from sim.iam import Roles, roles
 from sim.workload import PARTITIONS
 from sim.world import Crash, Invocation, World
-from testkit.aws import FakeS3, FakeSqs, RequestCounter, as_s3_client, as_sqs_client
+from testkit.aws import (
+    FakeS3,
+    FakeSqs,
+    RequestCounter,
+    as_dynamodb_client,
+    as_s3_client,
+    as_sqs_client,
+)
 from testkit.clock import SerialExecutor
 from testkit.events import kafka_event, queue_arn, sqs_record
 from testkit.services import message_store
@@ -143,6 +151,7 @@ class _Container:
     tick_queue: TickQueue
     delivery: KafkaDelivery
     stats: DeliveryStats
+    pending: PendingCounts
 
 
 @dataclass(frozen=True)
@@ -224,6 +233,7 @@ class Pipeline:
             tick_queue=TickQueue(as_sqs_client(sqs), s.tick_queue_url),
             delivery=KafkaDelivery(lambda _on_error: producer, s.kafka_timeout_seconds),
             stats=DeliveryStats(instance_id=f"sim-{function}"),
+            pending=PendingCounts(as_dynamodb_client(dynamodb), s.table_name, backoff=backoff),
         )
 
     def start(self, until_ms: int) -> None:
@@ -313,6 +323,7 @@ class Pipeline:
                 cn.rejects,
                 cn.payloads,
                 direct=DirectServices(cn.delivery, cn.stats),
+                pending=cn.pending,
             )
             ingest_batch(
                 kafka_event(*batch),

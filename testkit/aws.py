@@ -207,6 +207,8 @@ def read_units(size: int, consistent: bool) -> float:
 
 _NAME = r"#?[A-Za-z_][A-Za-z0-9_.]*"
 _KEY_CONDITION = re.compile(rf"^\s*({_NAME})\s*=\s*(:\w+)\s*$")
+_ADD_CLAUSE = re.compile(rf"^\s*({_NAME})\s+(:\w+)\s*$")
+_UPDATE_SECTION = re.compile(r"\b(SET|ADD)\s+", re.IGNORECASE)
 _COMPARISON = re.compile(rf"^\s*({_NAME})\s*(=|<>|<=|>=|<|>)\s*(:\w+)\s*$")
 _EXISTS = re.compile(rf"^\s*(attribute_exists|attribute_not_exists)\s*\(\s*({_NAME})\s*\)\s*$")
 _SET_CLAUSE = re.compile(rf"^\s*({_NAME})\s*=\s*(:\w+)\s*$")
@@ -244,6 +246,18 @@ def _compare(left: Mapping[str, Any] | None, op: str, right: Mapping[str, Any]) 
     else:
         result = lval >= rval
     return result
+
+
+def _update_clauses(expression: str) -> list[tuple[str, str]]:
+    """``(SET or ADD, clause)`` of every clause of an update expression."""
+    parts = _UPDATE_SECTION.split(expression.strip())
+    if parts[0].strip() or len(parts) < 3:
+        raise NotImplementedError(f"update expression not supported: {expression!r}")
+    return [
+        (action.upper(), clause)
+        for action, body in zip(parts[1::2], parts[2::2], strict=True)
+        for clause in body.split(",")
+    ]
 
 
 @dataclass
@@ -577,7 +591,8 @@ class FakeDynamoDB:
         ExpressionAttributeNames: Mapping[str, str] | None = None,  # noqa: N803
         ExpressionAttributeValues: Mapping[str, Any] | None = None,  # noqa: N803
     ) -> dict[str, Any]:
-        """``SET a = :x, b = :y`` on one item (created if missing), under an optional condition."""
+        """``SET a = :x, b = :y`` and ``ADD n :k`` (numbers, created at 0) on one item
+        (created if missing), under an optional condition."""
         operation = "UpdateItem"
         table = self._table(TableName, operation)
         pk, sk = self._key(Key, operation)
@@ -585,15 +600,17 @@ class FakeDynamoDB:
             ExpressionAttributeNames or {}, ExpressionAttributeValues or {}, operation
         )
         old = self._get(table, pk, sk)
-        body = UpdateExpression.strip()
-        if not body.upper().startswith("SET "):
-            raise NotImplementedError(f"update expression not supported: {UpdateExpression!r}")
         new = dict(old.item) if old else dict(Key)
-        for clause in body[4:].split(","):
-            match = _SET_CLAUSE.match(clause)
+        for action, clause in _update_clauses(UpdateExpression):
+            pattern = _SET_CLAUSE if action == "SET" else _ADD_CLAUSE
+            match = pattern.match(clause)
             if not match:
                 raise NotImplementedError(f"update clause not supported: {clause!r}")
-            new[expr.name(match.group(1))] = expr.value(match.group(2))
+            name, value = expr.name(match.group(1)), expr.value(match.group(2))
+            if action == "ADD":
+                total = Decimal(new.get(name, {"N": "0"})["N"]) + Decimal(value["N"])
+                value = {"N": str(total)}
+            new[name] = value
         units = write_units(max(item_size(new), old.size if old else 0))
         if ConditionExpression and not expr.condition(
             ConditionExpression, old.item if old else None

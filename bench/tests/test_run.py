@@ -32,6 +32,10 @@ def test_bench_runs_end_to_end_with_tiny_inputs(tmp_path: Path) -> None:
         for key in keys:
             assert key in saved[section], (section, key)
     assert saved["requests_per_message"]["sqs"] > 0
+    pending = saved["requests_per_message"]["pending_counts"]["rows"]
+    # A few fixed delays cost less than delays spread over hours and days; bigger batches less.
+    by = {(r["mix"].split()[0], r["batch"]): r["wru_per_message"] for r in pending}
+    assert 0 < by[("three", 1000)] < by[("three", 100)] < by[("reference", 100)] < 0.1
     assert saved["cpu_messages_per_second"]["emitter"] > 0
     assert {"ingest", "emitter", "method", "goal", "met"} <= set(saved["cpu_vs_floor"])
     assert (

@@ -24,11 +24,12 @@ from delayq import constants as c
 from delayq.clock import Clock, Sleep, system_clock
 from delayq.exceptions import ConfigurationError, DelayQueueError
 from delayq.lookup import locate
+from delayq.pending import PERIOD_MINUTES
 from delayq.queues import SourceQueue
 from delayq.redrive import RedriveReport, RedriveSource, redrive
 from delayq.reject_listing import list_rejects
 from delayq.retry import Deadline
-from delayq.runtime import client, message_store, redrive_services
+from delayq.runtime import client, message_store, pending_counts, redrive_services
 from delayq.settings import Settings, topic_allowed
 from delayq.stream_failures import FAILED_BATCH_PREFIX
 from delayq_local import kafka_commands
@@ -38,6 +39,7 @@ from delayq_local.demo_plan import DEFAULT_TARGETS
 from delayq_local.exceptions import LocalStackError
 from delayq_local.kafka_commands import epoch_ms, header
 from delayq_local.kafka_mock import CONSUMER_TUNING
+from delayq_local.pending_view import pending_report
 from delayq_local.reports import require_spark
 from delayq_local.stack import EmbeddedStack, StackConfig, TimeCompression, environ_during
 from delayq_local.state import allowed_targets, export_line, read_state, state_file, write_state
@@ -171,7 +173,36 @@ def _parser(clock: Clock, sleep: Sleep) -> argparse.ArgumentParser:
     get.add_argument("--json", action="store_true", help="print the answer as JSON")
     _stack_choice(get)
     get.set_defaults(command=_get)
+
+    pending = commands.add_parser(
+        "pending",
+        help="count what waits, per minute, hour or day and target",
+        description="Counts of the messages waiting for each period from now on, stored and "
+        "queued, from the counts ingest keeps (one Query per day, no table scan), with the "
+        "scheduler's progress and the delay queues' approximate depth. Exit status: 0, 2 for "
+        "usage or configuration errors (a stack that keeps no counts: PendingCounts=0).",
+    )
+    pending.add_argument(
+        "--by", choices=list(PERIOD_MINUTES), default="hour", help="default: %(default)s"
+    )
+    pending.add_argument("--target", help="only this target topic")
+    pending.add_argument(
+        "--days", type=_days, default=7, help="how far ahead, 1-14 (default: %(default)s)"
+    )
+    pending.add_argument("--json", action="store_true", help="print the answer as JSON")
+    _stack_choice(pending)
+    pending.set_defaults(command=functools.partial(_pending, clock=clock))
     return parser
+
+
+def _days(text: str) -> int:
+    try:
+        days = int(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected a whole number of days, not {text!r}") from e
+    if not 1 <= days <= 14:
+        raise argparse.ArgumentTypeError(f"--days must be 1..14, not {days}")
+    return days
 
 
 def _stack_choice(parser: argparse.ArgumentParser) -> None:
@@ -545,6 +576,42 @@ def _get(args: argparse.Namespace) -> int:
             raise LocalStackError(f"cannot read {settings.table_name}: {e}") from e
     print(json.dumps(found.as_json(), indent=2) if args.json else "\n".join(found.lines()))
     return 0 if found.found else 1
+
+
+def _pending(args: argparse.Namespace, *, clock: Clock) -> int:
+    stack = _stack_of(args)
+    settings = _settings_needing(stack, c.ENV_TABLE_NAME)
+    if not settings.pending_counts:
+        raise LocalStackError(
+            f"{stack.name} keeps no pending counts ({c.ENV_PENDING_COUNTS}=0; the template's "
+            "PendingCounts parameter turns them on)"
+        )
+    urls = [
+        u
+        for u in (
+            settings.delay_queue_url,
+            settings.delay_queue_high_url,
+            settings.delay_queue_low_url,
+        )
+        if u
+    ]
+    with environ_during(stack.endpoint):
+        try:
+            report = pending_report(
+                pending_counts(settings),
+                message_store(settings),
+                client("sqs", settings) if urls else None,
+                urls,
+                now_ms=clock(),
+                days=args.days,
+                by=args.by,
+                target=args.target,
+                deadline=Deadline.after(GET_SECONDS),
+            )
+        except (DelayQueueError, BotoCoreError, ClientError) as e:
+            raise LocalStackError(f"cannot read the pending counts of {stack.name}: {e}") from e
+    print(json.dumps(report.as_json(), indent=2) if args.json else "\n".join(report.lines()))
+    return 0
 
 
 class _Progress:

@@ -14,6 +14,7 @@ from delayq.emitter import EmitResult, EmitterServices, emit_batch, messages_fro
 from delayq.ingest import IngestResult, IngestServices, ingest_batch
 from delayq.kafka import KafkaDelivery
 from delayq.payloads import PayloadStore
+from delayq.pending import PendingCounts
 from delayq.queues import DelayQueue, RejectQueue, SqsQueue, TickQueue
 from delayq.retry import Deadline
 from delayq.scheduler import ScheduleResult, run_scheduler
@@ -21,7 +22,7 @@ from delayq.settings import Settings
 from delayq.shaping import Shaper
 from delayq.stats import DeliveryStats, FlushPolicy
 from delayq.store import MessageStore, Watermark
-from testkit.aws import as_sqs_client
+from testkit.aws import as_dynamodb_client, as_sqs_client
 from testkit.clock import FakeClock, no_sleep_backoff
 from testkit.kafka import FakeProducer
 from tests.factories import AwsResources, RecordingSqs, SentEntry, sqs_event, store_of
@@ -45,6 +46,8 @@ class Pipeline:
     handed_over: set[int] = field(default_factory=set)
     stats: DeliveryStats = field(default_factory=DeliveryStats)
     shaper: Shaper | None = None
+    # The pending counts ingest keeps (None: not kept, as with DELAYQ_PENDING_COUNTS=0).
+    pending: PendingCounts | None = None
 
     def deadline(self) -> Deadline:
         return Deadline.after(60)
@@ -73,6 +76,7 @@ class Pipeline:
             self.payloads,
             direct_services,
             shaper=self.shaper,
+            pending=self.pending,
         )
         return ingest_batch(
             event,
@@ -209,6 +213,7 @@ def pipeline(aws: AwsResources, clock: FakeClock) -> Pipeline:
         rejects=RejectQueue(SqsQueue(as_sqs_client(sqs), s.reject_queue_url, backoff), payloads),
         ticks=TickQueue(as_sqs_client(sqs), s.tick_queue_url, backoff),
         producer=FakeProducer(clock=clock),
+        pending=PendingCounts(as_dynamodb_client(aws.dynamodb), s.table_name, backoff=backoff),
     )
 
 

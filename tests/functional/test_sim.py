@@ -17,6 +17,7 @@ from delayq import retry
 from delayq.buckets import expires_at
 from delayq.cleanup import TtlCleanup
 from delayq.kafka import KafkaDelivery, OutRecord
+from delayq.pending import PendingCounts
 from delayq.store import MessageStore, Page
 from sim.__main__ import main, seeds_of
 from sim.aws import StreamRecord
@@ -212,6 +213,15 @@ def _scheduler_skips_expired_items(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(MessageStore, "_query_page", query_page)
 
 
+def _pending_counts_forget_counted_offsets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ingest adds a redelivered batch's pending counts again."""
+
+    def count(self: PendingCounts, key: Any, entries: Any, deadline: Any) -> int:
+        return self._update(key, entries, None, deadline)
+
+    monkeypatch.setattr(PendingCounts, "_count", count)
+
+
 # Defects the simulator finds, each with a seed that shows it (a change to the workload or the
 # knobs may move them: find another with a few seeds of the plant).
 @pytest.mark.parametrize(
@@ -219,9 +229,10 @@ def _scheduler_skips_expired_items(monkeypatch: pytest.MonkeyPatch) -> None:
     [
         (_direct_path_skips_cancel_markers, 35, "cancel"),
         (_network_errors_not_retried, 0, "unretried"),
-        (_scheduler_skips_expired_items, 3, "held"),
+        (_scheduler_skips_expired_items, 18, "held"),
+        (_pending_counts_forget_counted_offsets, 1, "counted"),
     ],
-    ids=["direct-path-cancel", "network-errors", "expired-items"],
+    ids=["direct-path-cancel", "network-errors", "expired-items", "pending-recount"],
 )
 def test_the_simulator_finds_a_planted_defect(
     monkeypatch: pytest.MonkeyPatch,

@@ -670,7 +670,7 @@ def test_payload_access_is_split_by_prefix(resources: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     ("role", "action", "leading_keys"),
     [
-        ("IngestRole", "dynamodb:GetItem", [c.WATERMARK_PK]),
+        ("IngestRole", "dynamodb:GetItem", [c.WATERMARK_PK, f"{c.PENDING_PK_PREFIX}*"]),
         (
             "IngestRole",
             "dynamodb:UpdateItem",
@@ -679,6 +679,7 @@ def test_payload_access_is_split_by_prefix(resources: dict[str, Any]) -> None:
                 c.WATERMARK_PK,
                 f"{c.RATE_PK_PREFIX}*",
                 f"{c.QUOTA_PK_PREFIX}*",
+                f"{c.PENDING_PK_PREFIX}*",
             ],
         ),
         ("SchedulerRole", "dynamodb:UpdateItem", [c.WATERMARK_PK]),

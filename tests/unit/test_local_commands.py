@@ -8,10 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from delayq_local.cli import local_summary
+from delayq.pending import PendingCount
+from delayq_local.cli import local_summary, main
 from delayq_local.kafka_commands import epoch_ms, header
+from delayq_local.pending_view import PendingReport, QueueDepth
 from delayq_local.producer import Due
 from delayq_local.state import (
+    ENV_STATE_FILE,
     allowed_targets,
     export_line,
     read_state,
@@ -110,3 +113,54 @@ def test_send_says_the_due_time_ingest_computes_from_the_record_timestamp() -> N
     assert Due(seconds=1.5).due_ms(1_000) == 2_500
     assert Due(ms=20).due_ms(1_000) == 1_020
     assert Due(at_ms=7).due_ms(1_000) == 7
+
+
+def test_pending_refuses_a_stack_that_keeps_no_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(ENV_STATE_FILE, str(tmp_path / "none.json"))  # no local stack runs
+    monkeypatch.setenv("DELAYQ_TABLE_NAME", "messages")
+    monkeypatch.setenv("DELAYQ_PENDING_COUNTS", "0")
+    assert main(["pending"]) == 2
+    assert "keeps no pending counts" in capsys.readouterr().err
+    for days in ("0", "15", "x"):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["pending", "--days", days])
+        assert exit_info.value.code == 2
+
+
+def test_pending_prints_periods_totals_the_scheduler_and_the_queues() -> None:
+    minute = 29_000_000  # 2025-02-19T21:20Z
+    report = PendingReport(
+        by="hour",
+        target=None,
+        first_minute=minute,
+        last_minute=minute + 7 * 1440 - 1,
+        rows=[
+            PendingCount(minute - 20, 60, "orders", 1_200, 3),
+            PendingCount(minute + 40, 60, "mails", 0, 7),
+            PendingCount(minute - 1280, 1440, "mails", 4, 0),
+        ],
+        watermark_second=minute * 60 - 4,
+        now_ms=minute * 60_000,
+        queues=[QueueDepth("https://sqs/1/delay-queue", 2, 1, 5)],
+    )
+    text = "\n".join(report.lines())
+    assert "2025-02-19 21:00        orders      1,200          3      1,203" in text
+    assert "2025-02-19 (whole day)  mails" in text
+    assert "1,214" in text
+    assert "(4 s behind now)" in text
+    assert "delay queue delay-queue: about 5 bundles delayed, 2 ready, 1 being delivered" in text
+    answer = report.as_json()
+    assert (answer["stored"], answer["queued"], answer["total"]) == (1_204, 10, 1_214)
+    assert answer["rows"][1] == {
+        "start": "2025-02-19T22:00:00+00:00",
+        "minutes": 60,
+        "target": "mails",
+        "stored": 0,
+        "queued": 7,
+        "total": 7,
+    }
+    empty = PendingReport("day", "x", minute, minute, [], None, minute * 60_000)
+    assert "nothing waits" in "\n".join(empty.lines())
+    assert "scheduler: no run yet" in "\n".join(empty.lines())

@@ -14,6 +14,7 @@ from moto import mock_aws
 from delayq.buckets import bucket_key
 from delayq.exceptions import WatermarkConflictError
 from delayq.kafka import KafkaDelivery, OutRecord
+from delayq.pending import PendingCounts, PendingTally
 from delayq.records import CancelRequest
 from delayq.retry import Backoff, Deadline
 from delayq.store import MessageStore, Watermark, message_item
@@ -200,6 +201,42 @@ def test_conditional_update_and_errors_match_moto(both_dynamodb: tuple[Any, Fake
     assert {
         _code(lambda c=c: c.get_item(TableName="no-such-table", Key=key)) for c in (real, fake)
     } == {"ResourceNotFoundException"}
+
+
+def test_pending_counts_behave_the_same_on_both(both_dynamodb: tuple[Any, FakeDynamoDB]) -> None:
+    """ADD and SET in one update, the offset guard refusing a redelivery, the recount."""
+    minute = NOW_MS // 60_000
+    results = []
+    for client in both_dynamodb:
+        counts = PendingCounts(
+            as_dynamodb_client(client), TABLE, backoff=Backoff(sleep=lambda _: None)
+        )
+        for offsets in (range(5), range(5), range(3, 8)):  # first, redelivered, re-batched
+            tally = PendingTally()
+            tally.kept(
+                [
+                    replace(
+                        delay_request(
+                            delay_id=f"id-{i}",
+                            due_ms=NOW_MS + 60_000 * (i % 3),
+                            src=f"delay-requests-0-{i}",
+                        ),
+                        ts_ms=NOW_MS,
+                    )
+                    for i in offsets
+                ],
+                queued=True,
+            )
+            counts.add(tally, Deadline.after(30))
+        read = list(counts.read(minute, minute + 10, Deadline.after(30)))
+        items = (
+            client.scan(TableName=TABLE)["Items"]
+            if hasattr(client, "scan")
+            else client.items(TABLE)
+        )
+        results.append((read, sorted(map(str, items))))
+    assert results[0] == results[1]
+    assert sum(n.queued for n in results[0][0]) == 8
 
 
 def test_message_store_behaves_the_same_on_both(both_dynamodb: tuple[Any, FakeDynamoDB]) -> None:

@@ -12,6 +12,9 @@ __all__ = [
     "ATTR_MOVED_BY_SRC",
     "ATTR_MOVED_BY_TS",
     "ATTR_OFFLOADED_BYTES",
+    "ATTR_PENDING_OFFSET_PREFIX",
+    "ATTR_PENDING_QUEUED",
+    "ATTR_PENDING_STORED",
     "ATTR_PK",
     "ATTR_PRIORITY",
     "ATTR_RELEASE_MS",
@@ -85,6 +88,7 @@ __all__ = [
     "ENV_MAX_PAYLOAD_BYTES",
     "ENV_OFFLOAD_THRESHOLD_BYTES",
     "ENV_PAYLOAD_BUCKET",
+    "ENV_PENDING_COUNTS",
     "ENV_REJECT_QUEUE_URL",
     "ENV_SCHEDULER_PAGE_ITEMS",
     "ENV_SHARDS",
@@ -117,6 +121,7 @@ __all__ = [
     "KIND_CANCEL",
     "KIND_COUNTER",
     "KIND_MESSAGE",
+    "KIND_PENDING",
     "KIND_STATS",
     "KIND_WATERMARK",
     "LATE_RANGE_KEEP_SECONDS",
@@ -129,6 +134,8 @@ __all__ = [
     "MAX_RELEASE_SPREAD_SECONDS",
     "MAX_SHARDS",
     "MAX_TENANT_LENGTH",
+    "PENDING_KEEP_SECONDS",
+    "PENDING_PK_PREFIX",
     "PRIORITIES",
     "PRIORITY_HIGH",
     "PRIORITY_LOW",
@@ -187,6 +194,7 @@ ENV_TARGET_OUTAGE_MAX_SECONDS: Final = "DELAYQ_TARGET_OUTAGE_MAX_SECONDS"
 ENV_DIRECT_WINDOW_MS: Final = "DELAYQ_DIRECT_WINDOW_MS"
 ENV_DELIVERY_LOG_RATE: Final = "DELAYQ_DELIVERY_LOG_RATE"
 ENV_TENANT_LIMITS: Final = "DELAYQ_TENANT_LIMITS"
+ENV_PENDING_COUNTS: Final = "DELAYQ_PENDING_COUNTS"
 ENV_DELAY_QUEUE_HIGH_URL: Final = "DELAYQ_DELAY_QUEUE_HIGH_URL"
 ENV_DELAY_QUEUE_LOW_URL: Final = "DELAYQ_DELAY_QUEUE_LOW_URL"
 ENV_AWS_REGION: Final = "AWS_REGION"
@@ -390,6 +398,16 @@ MAX_RELEASE_SPREAD_SECONDS: Final = 7 * 24 * 3600
 # Past full seconds, release-slot probes skip at most this many seconds at a time.
 RELEASE_PROBE_MAX_STEP: Final = 64
 STATS_PK_PREFIX: Final = "stats#"
+# Pending counts (delayq.pending): one item per release minute and target, in one partition per
+# UTC day, with the messages stored and queued for it and, per delay-topic partition, the
+# highest offset already counted (so a redelivered batch is not counted twice).
+PENDING_PK_PREFIX: Final = "pending#"
+KIND_PENDING: Final = "pending"
+ATTR_PENDING_STORED: Final = "s"
+ATTR_PENDING_QUEUED: Final = "q"
+ATTR_PENDING_OFFSET_PREFIX: Final = "o#"
+# Kept this long after their minute (TTL): `delayq pending` shows what is overdue that long.
+PENDING_KEEP_SECONDS: Final = 24 * 3600
 
 # Tick queue.
 TICK_GROUP_ID: Final = "ticks"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from delayq import buckets
@@ -24,6 +25,7 @@ from delayq.clock import Clock, Sleep
 from delayq.direct import DirectServices, deliver_direct, is_direct
 from delayq.exceptions import WatermarkConflictError
 from delayq.payloads import PayloadStore
+from delayq.pending import PendingCounts, PendingTally
 from delayq.producing import Delivery
 from delayq.queues import DelayQueue, RejectQueue
 from delayq.records import (
@@ -74,6 +76,7 @@ class IngestResult:
     deliveries: list[Delivery] = field(default_factory=list)
     direct_cancelled: int = 0
     direct_fallback: int = 0  # could not be produced here: queued for the emitter instead
+    pending_updates: int = 0  # writes of the pending counts
     errors: list[str] = field(default_factory=list)
 
 
@@ -89,6 +92,8 @@ class IngestServices:
     direct: DirectServices | None = None
     # Applies the tenant limits (None: no tenant has one).
     shaper: Shaper | None = None
+    # Keeps the pending counts per release minute and target (None: not kept).
+    pending: PendingCounts | None = None
 
 
 def needs_offload(request: DelayRequest, settings: Settings) -> bool:
@@ -143,6 +148,7 @@ def ingest_batch(
     cancels = [r for r in controls if isinstance(r, CancelRequest)]
     reschedules = [r for r in controls if isinstance(r, RescheduleRequest)]
     result = IngestResult(rejected=rejections)
+    tally = PendingTally()
 
     # Cancels first: a message that a cancel of the same batch covers must end cancelled.
     if cancels:
@@ -158,16 +164,20 @@ def ingest_batch(
     # Reschedules after this batch's messages are kept: one may move a message of the same
     # batch. Copies are not counted against tenant limits again.
     direct, delays = _split_direct(delays, settings, services, clock)
-    _keep(delays, result, settings=settings, services=services, clock=clock, deadline=deadline)
+    keep = partial(
+        _keep, result=result, tally=tally, settings=settings, services=services, clock=clock
+    )
+    keep(delays, deadline=deadline)
     if reschedules:
         moved = reschedule(
             reschedules, store=services.store, settings=settings, clock=clock, deadline=deadline
         )
         result.rescheduled = len(moved.copies)
         rejections.extend(_rejections_of(event, moved.refused))
+        tally.moved_away(moved.originals, (r.moved_src for r in moved.copies))
         direct_copies, copies = _split_direct(moved.copies, settings, services, clock)
         direct.extend(direct_copies)
-        _keep(copies, result, settings=settings, services=services, clock=clock, deadline=deadline)
+        keep(copies, deadline=deadline)
     if direct and services.direct is not None:
         done = deliver_direct(
             direct,
@@ -182,14 +192,10 @@ def ingest_batch(
         result.direct_fallback, result.errors = len(done.fallback), done.errors
         # What could not be produced here is queued like any due message (and raises, so
         # Kafka redelivers the batch, if that fails too).
-        _keep(
-            done.fallback,
-            result,
-            settings=settings,
-            services=services,
-            clock=clock,
-            deadline=deadline,
-        )
+        keep(done.fallback, deadline=deadline)
+    if tally and services.pending is not None:
+        # Last: only what was kept is counted (a failure above redelivers the batch first).
+        result.pending_updates = services.pending.add(tally, deadline)
     if rejections:
         services.rejects.send(rejections, clock(), deadline)
     return result
@@ -238,8 +244,9 @@ def _coordinates(record: Any) -> str:
 
 def _keep(
     delays: list[DelayRequest],
-    result: IngestResult,
     *,
+    result: IngestResult,
+    tally: PendingTally,
     settings: Settings,
     services: IngestServices,
     clock: Clock,
@@ -261,6 +268,8 @@ def _keep(
         routed = buckets.route(request.release_at_ms, now_ms, settings.horizon_seconds)
         (to_queue if routed is buckets.Route.QUEUE else to_store).append(request)
     rescued = 0
+    tally.kept(to_store, queued=False)
+    tally.kept(to_queue, queued=True)
     if to_store:
         services.store.put_messages(to_store, now_ms, deadline)
         result.stored += len(to_store)

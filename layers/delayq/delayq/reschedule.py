@@ -45,6 +45,8 @@ class RescheduleOutcome:
     refused (by their coordinates), and how many a later reschedule of their id overrides."""
 
     copies: list[DelayRequest] = field(default_factory=list)
+    # The stored messages the copies were made of, in the same order.
+    originals: list[DelayRequest] = field(default_factory=list)
     refused: dict[str, RejectedRecord] = field(default_factory=dict)
     superseded: int = 0
     # Copies already kept by an earlier run of the same record (a redelivered batch).
@@ -103,6 +105,7 @@ def reschedule(
     for (r, message, _), applied in zip(to_record, recorded, strict=True):
         if applied:
             outcome.copies.append(copy_of(message, r))
+            outcome.originals.append(message)
         else:
             outcome.superseded += 1
     return outcome

@@ -18,6 +18,7 @@ from delayq.emitter import EmitterServices
 from delayq.ingest import IngestServices
 from delayq.kafka import KafkaDelivery, make_producer
 from delayq.payloads import PayloadStore
+from delayq.pending import PendingCounts
 from delayq.queues import DelayQueue, RejectQueue, SqsQueue, TickQueue
 from delayq.settings import Settings
 from delayq.shaping import Shaper
@@ -41,6 +42,7 @@ __all__ = [
     "kafka_delivery",
     "message_store",
     "payload_store",
+    "pending_counts",
     "redrive_services",
     "reject_queue",
     "sqs_queue",
@@ -140,7 +142,14 @@ def ingest_services(settings: Settings) -> IngestServices:
         payloads=payloads,
         direct=direct,
         shaper=Shaper(store, settings.limits) if settings.limits.any else None,
+        pending=pending_counts(settings) if settings.pending_counts else None,
     )
+
+
+def pending_counts(settings: Settings) -> PendingCounts:
+    """The pending counts (``delayq pending`` reads them, ingest keeps them)."""
+    settings.require("table_name")
+    return PendingCounts(client("dynamodb", settings), settings.table_name)
 
 
 def kafka_delivery(settings: Settings) -> KafkaDelivery:

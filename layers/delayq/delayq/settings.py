@@ -55,6 +55,8 @@ class Settings:
     target_outage_max_seconds: int = c.DEFAULT_TARGET_OUTAGE_MAX_SECONDS
     direct_window_ms: int = c.DEFAULT_DIRECT_WINDOW_MS
     delivery_log_rate: float = c.DEFAULT_DELIVERY_LOG_RATE
+    # 1: ingest keeps the pending counts per release minute and target (delayq.pending); 0: not.
+    pending_counts: int = 1
     # JSON, see delayq.limits (empty: no tenant has a limit).
     tenant_limits: str = ""
     # The delay queues of the other priorities (empty: those messages use the normal one).
@@ -151,6 +153,8 @@ class Settings:
             problems.append("target_outage_max_seconds must be >= 0")
         if not 0 <= self.delivery_log_rate <= 1:
             problems.append("delivery_log_rate must be 0..1")
+        if self.pending_counts not in (0, 1):
+            problems.append("pending_counts must be 0 or 1")
         return problems
 
     def _kafka_problems(self) -> list[str]:
@@ -262,6 +266,7 @@ _ENV_OF = {
     "target_outage_max_seconds": c.ENV_TARGET_OUTAGE_MAX_SECONDS,
     "direct_window_ms": c.ENV_DIRECT_WINDOW_MS,
     "delivery_log_rate": c.ENV_DELIVERY_LOG_RATE,
+    "pending_counts": c.ENV_PENDING_COUNTS,
     "tenant_limits": c.ENV_TENANT_LIMITS,
     "delay_queue_high_url": c.ENV_DELAY_QUEUE_HIGH_URL,
     "delay_queue_low_url": c.ENV_DELAY_QUEUE_LOW_URL,
