@@ -967,6 +967,68 @@ def test_glue_job_runs_its_script_on_the_exports(
     }
 
 
+GLUE_CODE_KEY = "glue/delayq_reports.zip"
+
+
+def test_the_glue_code_ships_with_every_deploy(resources: dict[str, Any]) -> None:
+    resource = resources["GlueCode"]
+    assert resource["Type"] == "AWS::CloudFormation::CustomResource"
+    properties = resource["Properties"]
+    assert properties["ServiceToken"] == arn_of("GlueCodeFunction")
+    assert properties["Bucket"] == {"Ref": "AnalyticsBucket"}
+    assert properties["Key"] == GLUE_CODE_KEY
+    # A lost answer fails the deploy in minutes, not after CloudFormation's default hour.
+    assert 60 <= properties["ServiceTimeout"] <= 600
+    # New code publishes a new version; the property changes with it, so CloudFormation sends
+    # an Update (a new zip) on every deploy that changes the package, and only then.
+    assert properties["CodeVersion"] == {"Ref": "GlueCodeFunction.Version"}
+    assert props(resources, "GlueCodeFunction")["AutoPublishAlias"]
+
+
+def test_the_glue_code_function_holds_the_package_it_zips(resources: dict[str, Any]) -> None:
+    function = props(resources, "GlueCodeFunction")
+    code = ROOT / function["CodeUri"]
+    module, _, attribute = function["Handler"].rpartition(".")
+    source = (code / f"{module}.py").read_text()
+    assert re.search(rf"^def {attribute}\(event", source, re.MULTILINE)
+    assert (code / "glue_zip.py").is_file()
+    assert (code / "delayq_reports" / "jobs.py").is_file()
+    assert function["Timeout"] * 5 <= props(resources, "GlueCode")["ServiceTimeout"]
+
+
+@pytest.mark.parametrize("job", ["DeliveryReportJob", "BacklogForecastJob"])
+def test_glue_jobs_load_the_code_glue_code_puts(resources: dict[str, Any], job: str) -> None:
+    assert resources[job]["DependsOn"] == "GlueCode"
+    arguments = props(resources, job)["DefaultArguments"]
+    assert arguments["--extra-py-files"] == {
+        "Fn::Sub": f"s3://${{AnalyticsBucket}}/{GLUE_CODE_KEY}"
+    }
+    # The jobs may read it.
+    assert {"Fn::Sub": "${AnalyticsBucket.Arn}/glue/*"} in grants(
+        resources, "GlueJobRole", "s3:GetObject"
+    )
+
+
+def test_the_glue_code_role_may_put_that_one_object_only(resources: dict[str, Any]) -> None:
+    function = props(resources, "GlueCodeFunction")
+    role = role_of(resources, "GlueCodeFunction")
+    log_group = function["LoggingConfig"]["LogGroup"]["Ref"]
+    assert resources[log_group]["Type"] == "AWS::Logs::LogGroup"
+    allowed = {
+        action: listed(s["Resource"])
+        for s in role_statements(resources, role)
+        if s["Effect"] == "Allow"
+        for action in listed(s["Action"])
+    }
+    assert allowed == {
+        "logs:CreateLogStream": [arn_of(log_group)],
+        "logs:PutLogEvents": [arn_of(log_group)],
+        "s3:PutObject": [{"Fn::Sub": f"${{AnalyticsBucket.Arn}}/{GLUE_CODE_KEY}"}],
+    }
+    # An explicit role: SAM attaches no managed policies.
+    assert "Policies" not in function
+
+
 def test_reports_run_daily_after_a_daily_export(resources: dict[str, Any]) -> None:
     trigger = props(resources, "DailyReportTrigger")
     assert trigger["Type"] == "SCHEDULED"
