@@ -132,6 +132,9 @@ WILDCARD_ACTIONS = {
     "ec2:DescribeSecurityGroups",
     "ec2:AssignPrivateIpAddresses",
     "ec2:UnassignPrivateIpAddresses",
+    # X-Ray's write calls take no resource ARN (the functions' roles, with Tracing=Active only).
+    "xray:PutTraceSegments",
+    "xray:PutTelemetryRecords",
 }
 
 
@@ -264,6 +267,49 @@ def test_function_has_its_own_role_and_log_group(
     log_group = function["LoggingConfig"]["LogGroup"]["Ref"]
     assert resources[log_group]["Type"] == "AWS::Logs::LogGroup"
     assert grants(resources, role, "logs:PutLogEvents") == [arn_of(log_group)]
+
+
+def test_tracing_is_a_parameter_off_by_default(template: dict[str, Any]) -> None:
+    parameter = template["Parameters"]["Tracing"]
+    assert parameter["AllowedValues"] == ["Disabled", "Active"]
+    assert parameter["Default"] == "Disabled"
+    assert template["Conditions"]["TracingActive"] == {"Fn::Equals": [{"Ref": "Tracing"}, "Active"]}
+    function = template["Globals"]["Function"]
+    # SAM sets no TracingConfig for Disabled, and TracingConfig Mode Active for Active.
+    assert function["Tracing"] == {"Ref": "Tracing"}
+    # delayq.tracing wraps the handlers only when this says false.
+    assert function["Environment"]["Variables"]["POWERTOOLS_TRACE_DISABLED"] == {
+        "Fn::If": ["TracingActive", "false", "true"]
+    }
+
+
+@pytest.mark.parametrize("logical_id", FUNCTIONS)
+def test_a_traced_function_may_write_traces_only_when_tracing_is_active(
+    resources: dict[str, Any], logical_id: str
+) -> None:
+    # SAM adds X-Ray write access only to roles it creates: ours carry it under the condition.
+    policies = props(resources, role_of(resources, logical_id))["Policies"]
+    tracing = [
+        p
+        for p in policies
+        if isinstance(p, dict) and "Fn::If" in p and p["Fn::If"][0] == "TracingActive"
+    ]
+    [policy] = tracing
+    _, granted, otherwise = policy["Fn::If"]
+    assert otherwise == {"Ref": "AWS::NoValue"}
+    [statement] = granted["PolicyDocument"]["Statement"]
+    assert statement["Effect"] == "Allow"
+    assert set(statement["Action"]) == {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
+    assert statement["Resource"] == "*"
+    # No other statement of the role mentions X-Ray.
+    others = [
+        s for s in role_statements(resources, role_of(resources, logical_id)) if s is not statement
+    ]
+    assert not [a for s in others for a in listed(s["Action"]) if a.startswith("xray:")]
+
+
+def test_the_deploy_time_function_is_never_traced(resources: dict[str, Any]) -> None:
+    assert props(resources, "GlueCodeFunction")["Tracing"] == "Disabled"
 
 
 # --- event sources ----------------------------------------------------------------------------
