@@ -1,11 +1,16 @@
 """Build the zip that Glue adds to ``sys.path`` (``--extra-py-files``): the `delayq_reports`
 package without its local-only modules. Byte-for-byte reproducible: sorted entries, fixed times.
 
-Usage: ``python spark_glue/glue_zip.py build/glue/delayq_reports.zip`` (``make glue-zip``).
+`sam deploy` ships it: the `GlueCode` custom resource (``glue_code.py``) builds it with
+`archive` and puts it to ``s3://<AnalyticsBucket>/glue/delayq_reports.zip``.
+
+Usage: ``python spark_glue/glue_zip.py build/glue/delayq_reports.zip`` (``make glue-zip``), to
+look at it or to upload it by hand.
 """
 
 from __future__ import annotations
 
+import io
 import sys
 import zipfile
 from pathlib import Path
@@ -16,18 +21,28 @@ LOCAL_ONLY = frozenset({"local_spark.py", "bench.py", "synthetic_exports.py"})
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 
 
-def build(target: Path) -> list[str]:
-    """Write the zip to `target` and return the names it holds."""
-    sources = sorted(p for p in PACKAGE.glob("*.py") if p.name not in LOCAL_ONLY)
-    target.parent.mkdir(parents=True, exist_ok=True)
+def archive(package: Path = PACKAGE) -> tuple[bytes, list[str]]:
+    """The zip's bytes and the names it holds."""
+    sources = sorted(p for p in package.glob("*.py") if p.name not in LOCAL_ONLY)
+    if not sources:
+        raise FileNotFoundError(f"no modules in {package}")
+    buffer = io.BytesIO()
     names = []
-    with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as zipped:
         for source in sources:
-            info = zipfile.ZipInfo(f"{PACKAGE.name}/{source.name}", date_time=FIXED_TIME)
+            info = zipfile.ZipInfo(f"{package.name}/{source.name}", date_time=FIXED_TIME)
             info.external_attr = 0o644 << 16
             info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, source.read_bytes())
+            zipped.writestr(info, source.read_bytes())
             names.append(info.filename)
+    return buffer.getvalue(), names
+
+
+def build(target: Path) -> list[str]:
+    """Write the zip to `target` and return the names it holds."""
+    data, names = archive()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data)
     return names
 
 

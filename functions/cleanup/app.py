@@ -20,6 +20,7 @@ from delayq.clock import handler_clock
 from delayq.retry import Deadline
 from delayq.settings import Settings
 from delayq.telemetry import NAMESPACE, report_cleanup
+from delayq.tracing import traced
 
 logger = Logger()
 metrics = Metrics(namespace=NAMESPACE)
@@ -34,6 +35,7 @@ def _setup() -> CleanupServices:
 
 @metrics.log_metrics
 @logger.inject_lambda_context
+@traced
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Each stream record succeeds or fails alone (ReportBatchItemFailures)."""
     services = _setup()

@@ -15,6 +15,7 @@ from delayq.emitter import EmitterServices, emit_batch, messages_from_event
 from delayq.retry import Deadline
 from delayq.settings import Settings
 from delayq.telemetry import NAMESPACE, report_emit
+from delayq.tracing import traced
 
 logger = Logger()
 metrics = Metrics(namespace=NAMESPACE)
@@ -29,6 +30,7 @@ def _setup() -> tuple[Settings, EmitterServices]:
 
 @metrics.log_metrics
 @logger.inject_lambda_context
+@traced
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Returns the partial batch response: only the failed (or re-delayed) messages."""
     settings, services = _setup()

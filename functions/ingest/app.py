@@ -14,6 +14,7 @@ from delayq.ingest import IngestServices, ingest_batch
 from delayq.retry import Deadline
 from delayq.settings import Settings
 from delayq.telemetry import NAMESPACE, report_ingest
+from delayq.tracing import traced
 
 logger = Logger()
 metrics = Metrics(namespace=NAMESPACE)
@@ -28,6 +29,7 @@ def _setup() -> tuple[Settings, IngestServices]:
 
 @metrics.log_metrics
 @logger.inject_lambda_context
+@traced
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Raises when a valid record could not be kept, so Kafka redelivers the batch."""
     settings, services = _setup()

@@ -16,6 +16,7 @@ from delayq.scheduler import run_scheduler
 from delayq.settings import Settings
 from delayq.store import MessageStore
 from delayq.telemetry import NAMESPACE, report_schedule
+from delayq.tracing import traced
 
 logger = Logger()
 metrics = Metrics(namespace=NAMESPACE)
@@ -30,6 +31,7 @@ def _setup() -> tuple[Settings, MessageStore, DelayQueue]:
 
 @metrics.log_metrics
 @logger.inject_lambda_context
+@traced
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """The tick's content does not matter: each run works from the stored watermark."""
     settings, store, queue = _setup()

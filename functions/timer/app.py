@@ -14,6 +14,7 @@ from delayq.queues import TickQueue
 from delayq.retry import Deadline
 from delayq.scheduler import fire_timer
 from delayq.settings import Settings
+from delayq.tracing import traced
 
 logger = Logger()
 clock = handler_clock(__name__)
@@ -26,6 +27,7 @@ def _setup() -> tuple[Settings, TickQueue]:
 
 
 @logger.inject_lambda_context
+@traced
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Idempotent: every firing within one period sends the same de-duplication id."""
     settings, ticks = _setup()

@@ -50,6 +50,7 @@ EVENT_SOURCE_MAPPING: Final = "AWS::Lambda::EventSourceMapping"
 EVENT_INVOKE_CONFIG: Final = "AWS::Lambda::EventInvokeConfig"
 EVENTS_RULE: Final = "AWS::Events::Rule"
 SCHEDULER_SCHEDULE: Final = "AWS::Scheduler::Schedule"
+CUSTOM_RESOURCE: Final = "AWS::CloudFormation::CustomResource"
 
 Rule = Literal["create", "run", "skip"]
 # Why a kind of resource is skipped, by service (every type of it) or by type.
@@ -68,6 +69,10 @@ SKIPPED_TYPES: Final[Mapping[str, str]] = {
     "AWS::S3::BucketPolicy": "bucket policies: moto does not enforce them",
     "AWS::Lambda::Permission": "invoke permissions: local event sources invoke directly",
     "AWS::Lambda::LayerVersion": "the layer: its package is installed in the virtualenv",
+    "AWS::Lambda::Version": "function versions: local functions run the checkout's code",
+    "AWS::Lambda::Alias": "function aliases: local functions run the checkout's code",
+    CUSTOM_RESOURCE: "a deploy-time action of CloudFormation (the Glue code upload: "
+    "`delayq report` runs the reports from the checkout)",
 }
 RESOURCE_RULES: Final[Mapping[str, Rule]] = {
     SQS_QUEUE: "create",
@@ -86,6 +91,8 @@ def resource_rule(resource_type: str) -> tuple[Rule, str]:
     """What the local runner does with a resource type, and why when it skips it."""
     if resource_type in SKIPPED_TYPES:
         return "skip", SKIPPED_TYPES[resource_type]
+    if resource_type.startswith("Custom::"):
+        return "skip", SKIPPED_TYPES[CUSTOM_RESOURCE]
     if resource_type in RESOURCE_RULES:
         return RESOURCE_RULES[resource_type], ""
     parts = resource_type.split("::")
@@ -154,6 +161,7 @@ def provision(
         logical_id: resource_rule(str(resource.get("Type")))
         for logical_id, resource in expanded.resources.items()
     }
+    rules.update(_deploy_time_functions(expanded.resources))
     account = str(endpoint.client("sts").get_caller_identity()["Account"])
     lookup = _Lookup(expanded, stack_name, endpoint.region, account)
     resolver = Resolver(
@@ -261,6 +269,23 @@ def _functions(
                 functions[target], events=(*functions[target].events, event)
             )
     return functions
+
+
+def _deploy_time_functions(
+    resources: Mapping[str, Mapping[str, Any]],
+) -> dict[str, tuple[Rule, str]]:
+    """The functions custom resources invoke (their `ServiceToken`): CloudFormation runs them at
+    deploy time, and the custom resources are skipped locally, so they are too."""
+    found: dict[str, tuple[Rule, str]] = {}
+    for logical_id, resource in resources.items():
+        kind = str(resource.get("Type"))
+        if kind != CUSTOM_RESOURCE and not kind.startswith("Custom::"):
+            continue
+        token = (resource.get("Properties") or {}).get("ServiceToken")
+        target = token.get("Fn::GetAtt", [None])[0] if isinstance(token, dict) else None
+        if (resources.get(str(target)) or {}).get("Type") == LAMBDA_FUNCTION:
+            found[str(target)] = ("skip", f"runs at deploy time only, for {logical_id}")
+    return found
 
 
 def _role_policies(

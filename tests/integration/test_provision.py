@@ -245,6 +245,12 @@ def test_the_real_template_provisions_and_wires_every_function(
     assert created == {k for k, r in template.resources.items() if r["Type"] in CREATED_TYPES}
     assert "invokes no function" in deployment.skipped["DailyExportSchedule"]
     assert {"IngestRole", "DeliveryReportJob", "DelayQueueAgeAlarm"} <= set(deployment.skipped)
+    # The Glue code upload is CloudFormation's business at deploy time: neither the custom
+    # resource nor its function (nor the function's published version) runs locally.
+    assert "deploy-time action" in deployment.skipped["GlueCode"]
+    assert deployment.skipped["GlueCodeFunction"] == "runs at deploy time only, for GlueCode"
+    assert "GlueCodeFunction" not in deployment.functions
+    assert set(deployment.functions) == set(EXPECTED_FUNCTIONS)
 
 
 def test_every_resource_type_has_a_rule_and_unknown_types_are_refused() -> None:
@@ -252,6 +258,9 @@ def test_every_resource_type_has_a_rule_and_unknown_types_are_refused() -> None:
     assert resource_rule("AWS::Lambda::EventSourceMapping") == ("run", "")
     assert resource_rule("AWS::CloudWatch::Dashboard")[0] == "skip"  # by service
     assert resource_rule("AWS::S3::BucketPolicy")[0] == "skip"  # by type
+    assert resource_rule("AWS::CloudFormation::CustomResource")[0] == "skip"
+    assert resource_rule("Custom::Anything") == resource_rule("AWS::CloudFormation::CustomResource")
+    assert resource_rule("AWS::Lambda::Version")[0] == "skip"
     with pytest.raises(TemplateError, match=r"no rule for AWS::Pipes::Pipe"):
         resource_rule("AWS::Pipes::Pipe")
 

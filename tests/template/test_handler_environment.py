@@ -39,7 +39,7 @@ REQUIRED_PARAMETERS = {
     "KafkaBootstrapServers": "b-1.delayq.x7k2pq.c2.kafka.us-east-1.amazonaws.com:9098",
 }
 # The conditions function variables depend on, for the default (MSK IAM) stack.
-CONDITIONS = {"UsesScram": False}
+CONDITIONS = {"UsesScram": False, "TracingActive": False}
 
 
 def resolve(value: Any, parameters: dict[str, Any]) -> str:

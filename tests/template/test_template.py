@@ -132,6 +132,9 @@ WILDCARD_ACTIONS = {
     "ec2:DescribeSecurityGroups",
     "ec2:AssignPrivateIpAddresses",
     "ec2:UnassignPrivateIpAddresses",
+    # X-Ray's write calls take no resource ARN (the functions' roles, with Tracing=Active only).
+    "xray:PutTraceSegments",
+    "xray:PutTelemetryRecords",
 }
 
 
@@ -264,6 +267,49 @@ def test_function_has_its_own_role_and_log_group(
     log_group = function["LoggingConfig"]["LogGroup"]["Ref"]
     assert resources[log_group]["Type"] == "AWS::Logs::LogGroup"
     assert grants(resources, role, "logs:PutLogEvents") == [arn_of(log_group)]
+
+
+def test_tracing_is_a_parameter_off_by_default(template: dict[str, Any]) -> None:
+    parameter = template["Parameters"]["Tracing"]
+    assert parameter["AllowedValues"] == ["Disabled", "Active"]
+    assert parameter["Default"] == "Disabled"
+    assert template["Conditions"]["TracingActive"] == {"Fn::Equals": [{"Ref": "Tracing"}, "Active"]}
+    function = template["Globals"]["Function"]
+    # SAM sets no TracingConfig for Disabled, and TracingConfig Mode Active for Active.
+    assert function["Tracing"] == {"Ref": "Tracing"}
+    # delayq.tracing wraps the handlers only when this says false.
+    assert function["Environment"]["Variables"]["POWERTOOLS_TRACE_DISABLED"] == {
+        "Fn::If": ["TracingActive", "false", "true"]
+    }
+
+
+@pytest.mark.parametrize("logical_id", FUNCTIONS)
+def test_a_traced_function_may_write_traces_only_when_tracing_is_active(
+    resources: dict[str, Any], logical_id: str
+) -> None:
+    # SAM adds X-Ray write access only to roles it creates: ours carry it under the condition.
+    policies = props(resources, role_of(resources, logical_id))["Policies"]
+    tracing = [
+        p
+        for p in policies
+        if isinstance(p, dict) and "Fn::If" in p and p["Fn::If"][0] == "TracingActive"
+    ]
+    [policy] = tracing
+    _, granted, otherwise = policy["Fn::If"]
+    assert otherwise == {"Ref": "AWS::NoValue"}
+    [statement] = granted["PolicyDocument"]["Statement"]
+    assert statement["Effect"] == "Allow"
+    assert set(statement["Action"]) == {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
+    assert statement["Resource"] == "*"
+    # No other statement of the role mentions X-Ray.
+    others = [
+        s for s in role_statements(resources, role_of(resources, logical_id)) if s is not statement
+    ]
+    assert not [a for s in others for a in listed(s["Action"]) if a.startswith("xray:")]
+
+
+def test_the_deploy_time_function_is_never_traced(resources: dict[str, Any]) -> None:
+    assert props(resources, "GlueCodeFunction")["Tracing"] == "Disabled"
 
 
 # --- event sources ----------------------------------------------------------------------------
@@ -966,6 +1012,68 @@ def test_glue_job_runs_its_script_on_the_exports(
     assert arguments["--extra-py-files"] == {
         "Fn::Sub": "s3://${AnalyticsBucket}/glue/delayq_reports.zip"
     }
+
+
+GLUE_CODE_KEY = "glue/delayq_reports.zip"
+
+
+def test_the_glue_code_ships_with_every_deploy(resources: dict[str, Any]) -> None:
+    resource = resources["GlueCode"]
+    assert resource["Type"] == "AWS::CloudFormation::CustomResource"
+    properties = resource["Properties"]
+    assert properties["ServiceToken"] == arn_of("GlueCodeFunction")
+    assert properties["Bucket"] == {"Ref": "AnalyticsBucket"}
+    assert properties["Key"] == GLUE_CODE_KEY
+    # A lost answer fails the deploy in minutes, not after CloudFormation's default hour.
+    assert 60 <= properties["ServiceTimeout"] <= 600
+    # New code publishes a new version; the property changes with it, so CloudFormation sends
+    # an Update (a new zip) on every deploy that changes the package, and only then.
+    assert properties["CodeVersion"] == {"Ref": "GlueCodeFunction.Version"}
+    assert props(resources, "GlueCodeFunction")["AutoPublishAlias"]
+
+
+def test_the_glue_code_function_holds_the_package_it_zips(resources: dict[str, Any]) -> None:
+    function = props(resources, "GlueCodeFunction")
+    code = ROOT / function["CodeUri"]
+    module, _, attribute = function["Handler"].rpartition(".")
+    source = (code / f"{module}.py").read_text()
+    assert re.search(rf"^def {attribute}\(event", source, re.MULTILINE)
+    assert (code / "glue_zip.py").is_file()
+    assert (code / "delayq_reports" / "jobs.py").is_file()
+    assert function["Timeout"] * 5 <= props(resources, "GlueCode")["ServiceTimeout"]
+
+
+@pytest.mark.parametrize("job", ["DeliveryReportJob", "BacklogForecastJob"])
+def test_glue_jobs_load_the_code_glue_code_puts(resources: dict[str, Any], job: str) -> None:
+    assert resources[job]["DependsOn"] == "GlueCode"
+    arguments = props(resources, job)["DefaultArguments"]
+    assert arguments["--extra-py-files"] == {
+        "Fn::Sub": f"s3://${{AnalyticsBucket}}/{GLUE_CODE_KEY}"
+    }
+    # The jobs may read it.
+    assert {"Fn::Sub": "${AnalyticsBucket.Arn}/glue/*"} in grants(
+        resources, "GlueJobRole", "s3:GetObject"
+    )
+
+
+def test_the_glue_code_role_may_put_that_one_object_only(resources: dict[str, Any]) -> None:
+    function = props(resources, "GlueCodeFunction")
+    role = role_of(resources, "GlueCodeFunction")
+    log_group = function["LoggingConfig"]["LogGroup"]["Ref"]
+    assert resources[log_group]["Type"] == "AWS::Logs::LogGroup"
+    allowed = {
+        action: listed(s["Resource"])
+        for s in role_statements(resources, role)
+        if s["Effect"] == "Allow"
+        for action in listed(s["Action"])
+    }
+    assert allowed == {
+        "logs:CreateLogStream": [arn_of(log_group)],
+        "logs:PutLogEvents": [arn_of(log_group)],
+        "s3:PutObject": [{"Fn::Sub": f"${{AnalyticsBucket.Arn}}/{GLUE_CODE_KEY}"}],
+    }
+    # An explicit role: SAM attaches no managed policies.
+    assert "Policies" not in function
 
 
 def test_reports_run_daily_after_a_daily_export(resources: dict[str, Any]) -> None:
