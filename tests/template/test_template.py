@@ -17,6 +17,7 @@ import pytest
 from delayq import constants as c
 from delayq import telemetry
 from delayq.constants import DEFAULT_EMIT_LEAD_MS
+from delayq_reports.options import DeliveryReportOptions
 from tests.template.conftest import FUNCTIONS, ROOT
 
 # The variables that name a stack resource, and the resource each must point at.
@@ -965,6 +966,17 @@ def test_glue_job_runs_its_script_on_the_exports(
     assert arguments["--extra-py-files"] == {
         "Fn::Sub": "s3://${AnalyticsBucket}/glue/delayq_reports.zip"
     }
+
+
+def test_the_delivery_report_marks_the_lateness_alarm_threshold(
+    template: dict[str, Any], resources: dict[str, Any]
+) -> None:
+    arguments = props(resources, "DeliveryReportJob")["DefaultArguments"]
+    assert arguments["--lateness_p99_alarm_ms"] == {"Ref": "LatenessP99AlarmMs"}
+    assert props(resources, "EmitLatenessAlarm")["Threshold"] == {"Ref": "LatenessP99AlarmMs"}
+    # A run without the argument (such as a local one) marks the template's default.
+    default = template["Parameters"]["LatenessP99AlarmMs"]["Default"]
+    assert DeliveryReportOptions("/x", "/y").lateness_p99_alarm_ms == int(default)
 
 
 def test_reports_run_daily_after_a_daily_export(resources: dict[str, Any]) -> None:
