@@ -23,6 +23,7 @@ from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 Point = tuple[datetime, float]
 
@@ -119,10 +120,12 @@ def line_figure(
     """
     figure, axes = _figure(title, ylabel)
     moments: list[float] = []
+    values: list[float] = []
     for label, points in sorted(series.items()):
         ordered = sorted(points)
         xs = [_date_number(x) for x, _ in ordered]
         moments.extend(xs)
+        values.extend(y for _, y in ordered)
         axes.plot(xs, [y for _, y in ordered], label=label, marker="o", markersize=4)
     if mark is not None:
         axes.annotate(
@@ -142,6 +145,8 @@ def line_figure(
         axes.set_xlim(moments[0] - half, moments[0] + half)
     if log_y:
         axes.set_yscale("symlog", linthresh=10)
+        # Room beyond the extremes (0 stays off the bottom spine).
+        axes.set_ylim(min(0.0, 1.5 * min(values)) - 2, max(10.0, 1.5 * max(values)))
     if len(series) > 1:
         _legend_outside(axes)
     return figure
@@ -232,8 +237,10 @@ def histogram_figure(
         _no_data(axes)
     else:
         axes.set_yscale("log")
-        top = max(b.count for b in buckets)
-        axes.set_ylim(0.5, top * 2)
+        # Down to 0.5, so that a single message is a visible bar; counts as plain numbers.
+        axes.set_ylim(0.5, max(10.0, 2 * max(b.count for b in buckets)))
+        axes.yaxis.set_major_formatter(FuncFormatter(_count))
+        axes.yaxis.set_minor_formatter(NullFormatter())
     _legend_outside(axes, handles)
     return figure
 
@@ -326,6 +333,10 @@ def _legend_outside(axes: Axes, handles: Sequence[Artist] | None = None) -> None
 def _date_number(moment: datetime) -> float:
     # Matplotlib's date unit: days since its default epoch, 1970-01-01 UTC.
     return utc(moment).timestamp() / 86400
+
+
+def _count(value: float, _position: float) -> str:
+    return f"{value:,.0f}" if value >= 1 else f"{value:g}"
 
 
 def _no_data(axes: Axes) -> None:
