@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from delayq_reports import render
 from delayq_reports.local_spark import LocalReports, run_reports
 from delayq_reports.synthetic_exports import message_item, watermark_item, write_export
+from tests.spark import pages
 from tests.spark.conftest import DAY, HOUR, MINUTE, NOW, delivered
 from tests.spark.pages import chart_problems, load
 
@@ -99,6 +100,15 @@ def test_a_missing_chart_is_reported_unloaded(tmp_path: Path) -> None:
         ("good.png", True),
         ("gone.png", False),
     ]
+
+
+def test_without_chromium_the_page_tests_fail_saying_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pages, "CHROMIUM", tmp_path / "no-chromium")
+
+    with pytest.raises(pytest.fail.Exception, match="apt-get install -y --no-install-recommends"):
+        pages.load(tmp_path / "index.html")
 
 
 def test_empty_and_blank_charts_are_degenerate(tmp_path: Path) -> None:
