@@ -52,6 +52,10 @@ GET_SECONDS: Final = 30.0
 DELAY_DLQ_OUTPUT: Final = "DelayDeadLetterQueueUrl"
 INGEST_FUNCTION_OUTPUT: Final = "IngestFunctionName"
 # What ingest writes to, so what a redrive needs whatever its source.
+# `delayq report`'s own folder: `delayq demo` writes into results/ itself, never in here.
+REPORT_RESULTS: Final = Path("results/report")
+# Requests `delayq report` leaves pending, so that the backlog forecast has something to show.
+REPORT_PENDING: Final = 40
 REDRIVE_VARIABLES: Final = (
     c.ENV_TABLE_NAME,
     c.ENV_DELAY_QUEUE_URL,
@@ -79,6 +83,11 @@ def main(
     except (LocalStackError, ConfigurationError) as e:
         print(f"delayq: {e}", file=sys.stderr)
         return 2
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """The command line as `main` reads it."""
+    return _parser(system_clock, time.sleep).parse_args(argv)
 
 
 def _parser(clock: Clock, sleep: Sleep) -> argparse.ArgumentParser:
@@ -266,13 +275,20 @@ def _workload_commands(commands: Any) -> None:
     report.add_argument("--messages", type=int, default=300, help="default: %(default)s")
     report.add_argument("--max-delay", type=float, default=60.0, help="default: %(default)s")
     report.add_argument("--send-seconds", type=float, default=10.0, help="default: %(default)s")
-    report.add_argument("--seed", type=int, default=DemoOptions.seed)
-    report.add_argument("--results", type=Path, default=Path("results"))
     report.add_argument(
-        "--reports",
+        "--pending",
+        type=int,
+        default=REPORT_PENDING,
+        help="more requests, due 1 hour to 3 days ahead: left pending for the backlog "
+        "forecast (default: %(default)s)",
+    )
+    report.add_argument("--seed", type=int, default=DemoOptions.seed)
+    report.add_argument(
+        "--results",
         type=Path,
-        default=Path("results/reports"),
-        help="where the reports go (default: %(default)s)",
+        default=REPORT_RESULTS,
+        help="where demo.json, lateness.png and the reports (index.html, delivery/, backlog/) "
+        "go; not the demo's folder (default: %(default)s)",
     )
     report.set_defaults(command=_report)
 
@@ -440,13 +456,24 @@ def _describe(stack: EmbeddedStack) -> dict[str, Any]:
     }
 
 
+def demo_options(args: argparse.Namespace) -> DemoOptions:
+    """`delayq demo`'s workload and results folder."""
+    return DemoOptions(kafka_outage=args.kafka_outage, **_workload(args))
+
+
+def report_options(args: argparse.Namespace) -> DemoOptions:
+    """`delayq report`'s workload: the reports go into its results folder, next to its own
+    demo.json (never the demo's folder by default), and part of the requests stay pending."""
+    return DemoOptions(reports=args.results, pending=args.pending, **_workload(args))
+
+
 def _demo(args: argparse.Namespace) -> int:
-    return _run_workload(args, DemoOptions(kafka_outage=args.kafka_outage, **_workload(args)))
+    return _run_workload(args, demo_options(args))
 
 
 def _report(args: argparse.Namespace) -> int:
     require_spark()
-    return _run_workload(args, DemoOptions(reports=args.reports, **_workload(args)))
+    return _run_workload(args, report_options(args))
 
 
 def _workload(args: argparse.Namespace) -> dict[str, Any]:

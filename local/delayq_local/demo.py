@@ -38,6 +38,8 @@ class DemoOptions:
     kafka_outage: tuple[float, float] | None = None
     # `delayq report`: export the table and run the Spark reports into this folder.
     reports: Path | None = None
+    # Requests due hours to days ahead, left pending (for the backlog forecast).
+    pending: int = 0
 
 
 class Progress:
@@ -116,12 +118,17 @@ def _run(config: StackConfig, options: DemoOptions, out: TextIO) -> DemoReport:
                 targets=topics,
                 send_seconds=options.send_seconds,
                 cancel_after_seconds=options.cancel_after_seconds,
+                pending=options.pending,
             )
             with DelayProducer(stack.kafka_bootstrap, topic=stack.delay_topic) as producer:
+                left = (
+                    f" ({len(workload.pending)} due hours to days ahead)" if options.pending else ""
+                )
                 out.write(
-                    f"sending {len(workload.messages)} requests, {len(workload.cancelled)} cancels "
-                    f"and {len(workload.invalid)} invalid records to {stack.delay_topic} over "
-                    f"{workload.last_send_ms / 1000:.0f} s; waiting for the last due time\n"
+                    f"sending {len(workload.messages)} requests{left}, "
+                    f"{len(workload.cancelled)} cancels and {len(workload.invalid)} invalid "
+                    f"records to {stack.delay_topic} over {workload.last_send_ms / 1000:.0f} s; "
+                    "waiting for the last due time\n"
                 )
                 sender = Sender(workload, producer).start()
                 try:
@@ -141,6 +148,7 @@ def _run(config: StackConfig, options: DemoOptions, out: TextIO) -> DemoReport:
         extra: dict[str, Any] = {
             "duration_seconds": round(time.monotonic() - started, 1),
             "messages_sent": len(workload.messages) + len(workload.invalid),
+            "pending": len(workload.pending),
             "time_compression": asdict(config.time) if config.time else None,
             "kafka_outage": options.kafka_outage,
             "unreadable_deliveries": observer.unreadable,

@@ -1,4 +1,5 @@
-"""The demo's mixed workload: delays on both paths, a same-second burst, cancels, bad records.
+"""The demo's mixed workload: delays on both paths, a same-second burst, cancels, bad records,
+and (for `delayq report`) requests due hours to days ahead that stay pending.
 
 Every planned record is known in advance, so the report can say exactly what was expected:
 which ids must arrive (and when), which were cancelled, and which records must be rejected and
@@ -21,6 +22,9 @@ from delayq_local.exceptions import LocalStackError
 from delayq_local.producer import Due, Header
 
 DEFAULT_TARGETS: Final = ("demo.orders", "demo.reminders")
+# Delays of the requests left pending: an hour to three days, inside the backlog forecast's
+# seven days.
+PENDING_DELAY_SECONDS: Final = (3600.0, 3 * 86400.0)
 
 
 def invalid_records(target: str, other: str) -> dict[str, list[Header]]:
@@ -119,10 +123,13 @@ class Workload:
         seed: int = 7,
         send_seconds: float = 0.0,
         cancel_after_seconds: float = 5.0,
+        pending: int = 0,
     ) -> Workload:
         """A reproducible mix of `total` records (at least one of each kind), written over
         `send_seconds`: each at a uniformly drawn moment of the window, the burst all at its
-        middle, the requests to cancel in its first half."""
+        middle, the requests to cancel in its first half. `pending` more requests are due
+        `PENDING_DELAY_SECONDS` ahead: nobody waits for them (they are not `expected`), they
+        stay in the table for the backlog forecast."""
         if send_seconds < 0:
             raise LocalStackError(f"send window must be 0 s or more, not {send_seconds}")
         rng = random.Random(seed)
@@ -193,13 +200,32 @@ class Workload:
             PlannedInvalid(f"invalid-{i}", reason, tuple(kinds[reason]), sent(window_ms))
             for i, reason in ((i, reasons[i % len(reasons)]) for i in range(invalid))
         )
+        for i in range(pending):
+            at = sent(window_ms)
+            delay_ms = round(rng.uniform(*PENDING_DELAY_SECONDS) * 1000)
+            messages.append(
+                Planned(
+                    f"p-{i}",
+                    targets[i % len(targets)],
+                    Due(ms=delay_ms),
+                    start_ms + at + delay_ms,
+                    "pending",
+                    at,
+                    delay_ms,
+                )
+            )
         rng.shuffle(messages)
         return cls(start_ms, tuple(messages), bad, round(cancel_after_seconds * 1000))
 
     @property
     def expected(self) -> dict[str, Planned]:
-        """The requests that must be delivered, by id."""
-        return {m.delay_id: m for m in self.messages if m.kind != "cancelled"}
+        """The requests that must be delivered during the run, by id."""
+        return {m.delay_id: m for m in self.messages if m.kind not in {"cancelled", "pending"}}
+
+    @property
+    def pending(self) -> dict[str, Planned]:
+        """The requests due hours to days ahead, left pending, by id."""
+        return {m.delay_id: m for m in self.messages if m.kind == "pending"}
 
     @property
     def cancelled(self) -> dict[str, Planned]:
@@ -208,8 +234,8 @@ class Workload:
 
     @property
     def last_due_ms(self) -> int:
-        """The latest due time of any planned request."""
-        return max(m.due_ms for m in self.messages)
+        """The latest due time of any planned request but the pending ones."""
+        return max(m.due_ms for m in self.messages if m.kind != "pending")
 
     @property
     def last_send_ms(self) -> int:

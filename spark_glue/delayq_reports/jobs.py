@@ -17,11 +17,12 @@ to UTC, so that CSV timestamps are UTC wherever the job runs.
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from pyspark.sql import DataFrame, Row, SparkSession
@@ -43,6 +44,7 @@ from delayq_reports.io import (
 from delayq_reports.options import BacklogForecastOptions, DeliveryReportOptions
 
 DELIVERY: Final = "delivery"
+EARLY_FACT: Final = "Early deliveries"
 BACKLOG: Final = "backlog"
 Clock = Callable[[], float]
 
@@ -59,6 +61,7 @@ class ReportResult:
     tables: tuple[TableOutput, ...]
     charts: tuple[str, ...]
     facts: tuple[tuple[str, str], ...]
+    alerts: tuple[str, ...] = ()  # the facts the summary shows in red
 
 
 def resolve_now_ms(now_ms: int | None, export: Export, clock: Clock = time.time) -> int:
@@ -77,7 +80,8 @@ def run_delivery_report(
     s3_client: Any = None,
     clock: Clock = time.time,
 ) -> ReportResult:
-    """Lateness shares and percentiles, early deliveries and volume over the last `days`."""
+    """Lateness shares, percentiles and histogram, early deliveries and volume over the last
+    `days`."""
     source = store_for(options.export_path, s3_client)
     sink = store_for(options.output_path, s3_client)
     export = locate_export(source, options.export_path)
@@ -90,6 +94,7 @@ def run_delivery_report(
         overall = keep(t.summarize_lateness(usable))
         by_topic = keep(t.summarize_lateness(usable, "topic"))
         hourly = keep(t.lateness_hourly(usable))
+        histogram = keep(t.lateness_histogram(usable))
         volume = keep(t.volume_5min(usable))
         peak = keep(t.volume_peak(volume))
         root = options.output_path.rstrip("/")
@@ -97,6 +102,7 @@ def run_delivery_report(
             write_table(sink, overall, root, "lateness_overall", ()),
             write_table(sink, by_topic, root, "lateness_by_topic", ("topic",)),
             write_table(sink, hourly, root, "lateness_hourly", ("topic", "hour")),
+            write_table(sink, histogram, root, "lateness_histogram", ("bucket",)),
             write_table(sink, volume, root, "volume_5min", ("window_start", "topic")),
             write_table(sink, peak, root, "volume_peak", ()),
         )
@@ -104,7 +110,11 @@ def run_delivery_report(
         topic_rows = by_topic.orderBy("topic").collect()
         peak_row = peak.first()
         skipped = stats.where(~F.col("known_layout")).count()
+        early = 0 if overall_row is None else overall_row["early"]
         charts = {
+            "lateness_histogram.png": _histogram_chart(
+                histogram.collect(), early, options.lateness_p99_alarm_ms
+            ),
             "lateness_hourly.png": _lateness_chart(hourly.collect()),
             "within_share.png": _within_chart(overall_row, topic_rows),
             "volume_5min.png": _volume_chart(volume.collect(), peak_row),
@@ -126,6 +136,7 @@ def run_delivery_report(
         tables=tables,
         charts=charts,
         facts=facts,
+        alerts=(EARLY_FACT,) if early else (),
     )
 
 
@@ -220,6 +231,7 @@ def _publish(
     tables: Sequence[TableOutput],
     charts: dict[str, bytes],
     facts: Sequence[tuple[str, str]],
+    alerts: Sequence[str] = (),
 ) -> ReportResult:
     chart_paths = []
     for file_name, png in charts.items():
@@ -239,11 +251,20 @@ def _publish(
             render.Link(file_name.removesuffix(".png").replace("_", " "), relative_to(root, path))
             for file_name, path in zip(charts, chart_paths, strict=True)
         ],
+        alerts=alerts,
     )
     index = join(root, "index.html")
     sink.write_bytes(index, page.encode("utf-8"), "text/html; charset=utf-8")
     return ReportResult(
-        name, root, index, now_ms, export, tuple(tables), tuple(chart_paths), tuple(facts)
+        name,
+        root,
+        index,
+        now_ms,
+        export,
+        tuple(tables),
+        tuple(chart_paths),
+        tuple(facts),
+        tuple(alerts),
     )
 
 
@@ -265,7 +286,7 @@ def _lateness_facts(row: Row | None) -> tuple[tuple[str, str], ...]:
             "Within 500 ms / 1 s / 2 s of due",
             " / ".join(render.format_share(row[name]) for name in t.WITHIN_MS),
         ),
-        ("Early deliveries", f"{row['early']:,}"),
+        (EARLY_FACT, f"{row['early']:,}"),
         ("Lateness p50 / p99 / max", f"{row['p50_ms']} / {row['p99_ms']} / {row['max_ms']} ms"),
     )
 
@@ -305,6 +326,44 @@ def _cohort_fact(row: Row | None) -> str:
     return f"{render.format_time(row['due_at'])}: {row['messages']:,} messages ({row['topics']})"
 
 
+def histogram_buckets(rows: Sequence[Row], early: int) -> list[render.Bucket]:
+    """The bars of the lateness histogram: the early deliveries (an alert), those exactly on
+    time (bucket 0 holds both), then one bar per bucket of `transforms.BOUNDS_MS`."""
+    counts = {row["bucket"]: float(row["messages"]) for row in rows}
+    bars = [
+        render.Bucket("early (< 0)", float(early), alert=True),
+        render.Bucket("0 (on time)", counts.get(0, 0.0) - early),
+    ]
+    labels = [f"≤ {bound:,}" for bound in t.BOUNDS_MS[1:]] + [f"> {t.BOUNDS_MS[-1]:,}"]
+    bars += [render.Bucket(label, counts.get(i, 0.0)) for i, label in enumerate(labels, 1)]
+    return bars
+
+
+def threshold_position(threshold_ms: int) -> float:
+    """Where `threshold_ms` falls on the histogram's axis (bar ``i`` centred on ``i``, as in
+    `histogram_buckets`): at the right edge of the bucket whose upper bound it is, else
+    interpolated within its bucket; above the last bound, at the overflow bar's left edge."""
+    bucket = bisect_left(t.BOUNDS_MS, threshold_ms)
+    bar = bucket + 1  # the early bar comes first
+    if bucket >= len(t.BOUNDS_MS):
+        return bar - 0.5
+    if bucket == 0:
+        return bar + 0.5
+    lower, upper = t.BOUNDS_MS[bucket - 1], t.BOUNDS_MS[bucket]
+    return bar - 0.5 + (threshold_ms - lower) / (upper - lower)
+
+
+def _histogram_chart(rows: Sequence[Row], early: int, threshold_ms: int) -> bytes:
+    return render.histogram_chart(
+        "Lateness histogram, all topics",
+        "lateness (ms after due)",
+        histogram_buckets(rows, early),
+        marker=render.Marker(
+            threshold_position(threshold_ms), f"p99 lateness alarm: {threshold_ms:,} ms"
+        ),
+    )
+
+
 def _lateness_chart(rows: Sequence[Row]) -> bytes:
     series: dict[str, list[render.Point]] = defaultdict(list)
     for row in rows:
@@ -333,6 +392,7 @@ def _volume_chart(rows: Sequence[Row], peak: Row | None) -> bytes:
         "messages",
         {"all topics": list(totals.items())},
         mark=mark,
+        step=timedelta(minutes=t.VOLUME_WINDOW_MINUTES),
     )
 
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, fields
-from typing import Self
+from typing import Final, Self
 
 from delayq_reports.exceptions import OptionsError
 
 Resolver = Callable[[list[str], list[str]], Mapping[str, str]]
+# The template's LatenessP99AlarmMs default (a template test keeps the two equal).
+DEFAULT_LATENESS_P99_ALARM_MS: Final = 1000
 OptionValue = str | int | None
 
 
@@ -105,7 +107,17 @@ class JobOptions:
 
 @dataclass(frozen=True)
 class DeliveryReportOptions(JobOptions):
-    """The delivery report covers the delivery statistics of the `days` before now."""
+    """The delivery report covers the delivery statistics of the `days` before now.
+
+    `lateness_p99_alarm_ms` is the stack's p99 lateness alarm threshold (the template's
+    ``LatenessP99AlarmMs``, passed by the Glue job's default arguments); the lateness histogram
+    marks it.
+    """
+
+    lateness_p99_alarm_ms: int = DEFAULT_LATENESS_P99_ALARM_MS
+
+    def _problems(self) -> list[str]:
+        return [] if self.lateness_p99_alarm_ms >= 1 else ["lateness_p99_alarm_ms must be >= 1"]
 
 
 @dataclass(frozen=True)

@@ -129,6 +129,22 @@ def lateness_hourly(stats: DataFrame) -> DataFrame:
     return summarize_lateness(with_hour, "topic", "hour")
 
 
+def lateness_histogram(stats: DataFrame) -> DataFrame:
+    """The histograms of all topics merged: one row per bucket, all `BUCKETS` of them.
+
+    Columns: bucket (0-based index), le_ms (the bucket's inclusive upper bound; null for the
+    overflow bucket above 60 s), messages. Bucket 0 (le_ms 0) holds the early deliveries and
+    those exactly on time.
+    """
+    merged = stats.agg(_sum_histograms(F.col("hist")).alias("hist"))
+    counts = merged.select(F.posexplode("hist").alias("bucket", "messages"))
+    return counts.select(
+        F.col("bucket").cast("int").alias("bucket"),
+        F.element_at(_upper_bounds(), F.col("bucket") + 1).alias("le_ms"),
+        F.col("messages"),
+    )
+
+
 def volume_5min(stats: DataFrame) -> DataFrame:
     """Messages delivered per topic and 5-minute window of emission.
 
@@ -158,6 +174,11 @@ def volume_peak(volume: DataFrame) -> DataFrame:
     )
 
 
+def _upper_bounds() -> Column:
+    """Each bucket's inclusive upper bound; null for the overflow bucket."""
+    return F.array(*(F.lit(b).cast("long") for b in BOUNDS_MS), F.lit(None).cast("long"))
+
+
 def _sum_histograms(hist: Column) -> Column:
     zeros = F.array_repeat(F.lit(0).cast("long"), BUCKETS)
     return F.aggregate(
@@ -178,8 +199,7 @@ def _percentile(cumulative: Column, messages: Column, max_ms: Column, per_mille:
     reached = F.transform(cumulative, lambda c: c * 1000 >= messages * per_mille)
     bucket = F.array_position(reached, True).cast("int")
     # The overflow bucket has no upper bound (null); least() skips nulls and reports max_ms.
-    uppers = F.array(*(F.lit(b).cast("long") for b in BOUNDS_MS), F.lit(None).cast("long"))
-    return F.least(F.element_at(uppers, bucket), max_ms)
+    return F.least(F.element_at(_upper_bounds(), bucket), max_ms)
 
 
 # Backlog forecast --------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Glue entry point of DeliveryReportJob: arguments in, `run_delivery_report`, nothing else.
 
-Arguments: ``--export_path``, ``--output_path``, optional ``--now_ms`` and ``--days``. The
+Arguments: ``--export_path``, ``--output_path``, optional ``--now_ms``, ``--days`` and
+``--lateness_p99_alarm_ms`` (the template passes its LatenessP99AlarmMs). The
 `delayq_reports` package comes from ``--extra-py-files`` (``glue/delayq_reports.zip``).
 """
 

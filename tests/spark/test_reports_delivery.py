@@ -113,6 +113,19 @@ def test_lateness_hourly_per_topic_and_hour(stats: DataFrame) -> None:
     ]
 
 
+def test_lateness_histogram_merges_every_topic_per_bucket(stats: DataFrame) -> None:
+    histogram = t.lateness_histogram(stats)
+
+    assert histogram.columns == ["bucket", "le_ms", "messages"]
+    found = rows(histogram, "bucket")
+    assert [r.bucket for r in found] == list(range(t.BUCKETS))
+    assert [r.le_ms for r in found] == [*t.BOUNDS_MS, None]
+    # orders -5 and 0 -> bucket 0 (<= 0 ms); 10 -> 1; alerts 100 x 3 -> 4; 400 -> 7; 500 -> 8;
+    # 999 and 1000 -> 10; 2000 -> 12; 2001 and alerts 3000 -> 13; 70000 -> 18 (overflow).
+    expected = {0: 2, 1: 1, 4: 3, 7: 1, 8: 1, 10: 2, 12: 1, 13: 2, 18: 1}
+    assert [r.messages for r in found] == [expected.get(i, 0) for i in range(t.BUCKETS)]
+
+
 def test_volume_per_five_minutes_and_peak(stats: DataFrame) -> None:
     volume = t.volume_5min(stats)
 
@@ -166,6 +179,7 @@ def test_empty_export_gives_empty_reports(spark: SparkSession, tmp_path: Path) -
     assert rows(t.lateness_hourly(stats)) == []
     assert rows(volume) == []
     assert rows(t.volume_peak(volume)) == []
+    assert [r.messages for r in rows(t.lateness_histogram(stats))] == [0] * t.BUCKETS
 
 
 def test_other_item_kinds_are_not_statistics(spark: SparkSession, tmp_path: Path) -> None:

@@ -14,14 +14,14 @@ from pathlib import Path
 import boto3
 import pytest
 from moto import mock_aws
-from pyspark.sql import SparkSession
+from pyspark.sql import Row, SparkSession
 
 from delayq import constants, stats
 from delayq_reports import bench
 from delayq_reports import transforms as t
 from delayq_reports.exceptions import ReportError
 from delayq_reports.io import Export, LocalStore, locate_export, read_export
-from delayq_reports.jobs import resolve_now_ms
+from delayq_reports.jobs import histogram_buckets, resolve_now_ms, threshold_position
 from delayq_reports.local_spark import LocalReports, run_reports
 from delayq_reports.synthetic_exports import cancel_item, message_item, watermark_item, write_export
 from tests.spark.conftest import HOUR, MINUTE, NOW, delivered
@@ -82,6 +82,7 @@ class TestRunReports:
 
         assert sorted(tables) == [
             "lateness_by_topic",
+            "lateness_histogram",
             "lateness_hourly",
             "lateness_overall",
             "volume_5min",
@@ -96,6 +97,19 @@ class TestRunReports:
         assert facts["Messages delivered"] == "3"
         assert facts["Within 500 ms / 1 s / 2 s of due"] == "66.67 % / 66.67 % / 100.00 %"
         assert facts["Peak 5 minutes"] == "2025-02-19 20:50:00 UTC: 2 messages (0.0/s)"
+        assert facts["Early deliveries"] == "0"
+        assert reports.delivery.alerts == ()
+        # 40 ms -> bucket 3 (25, 50]; 120 ms -> 5 (100, 200]; 2000 ms -> 12 (1500, 2000].
+        histogram = tables["lateness_histogram"].read_text().splitlines()
+        assert histogram[0] == "bucket,le_ms,messages"
+        assert [line for line in histogram[1:] if not line.endswith(",0")] == [
+            "3,50,1",
+            "5,200,1",
+            "12,2000,1",
+        ]
+        assert histogram[-1] == "18,,0"
+        charts = [Path(p).name for p in reports.delivery.charts]
+        assert charts[0] == "lateness_histogram.png"
         assert all(Path(p).read_bytes().startswith(PNG) for p in reports.delivery.charts)
 
     def test_backlog_outputs(self, reports: LocalReports) -> None:
@@ -158,6 +172,39 @@ def test_now_is_the_option_then_the_export_time_then_the_clock(
 ) -> None:
     export = Export(root="/x", export_id="x", data_files=(), export_time_ms=export_time)
     assert resolve_now_ms(option, export, clock=lambda: 9.0) == expected
+
+
+@pytest.mark.parametrize(
+    ("threshold_ms", "position"),
+    [
+        (1000, 11.5),  # the bound of bar 11 (750, 1000]: between it and bar 12
+        (1200, 11.9),  # 40 % into bar 12 (1000, 1500]
+        (1, 1.6),  # 10 % into bar 2 (0, 10]
+        (10, 2.5),
+        (60000, 18.5),
+        (90000, 18.5),  # beyond the last bound: where the overflow bar starts
+    ],
+)
+def test_the_alarm_threshold_sits_where_its_lateness_falls(
+    threshold_ms: int, position: float
+) -> None:
+    assert threshold_position(threshold_ms) == pytest.approx(position)
+
+
+def test_histogram_bars_split_early_from_on_time() -> None:
+    rows = [Row(bucket=0, messages=5), Row(bucket=10, messages=2), Row(bucket=18, messages=1)]
+
+    bars = histogram_buckets(rows, early=3)
+
+    assert [(b.label, b.count, b.alert) for b in bars[:3]] == [
+        ("early (< 0)", 3.0, True),
+        ("0 (on time)", 2.0, False),
+        ("≤ 10", 0.0, False),
+    ]
+    assert (bars[11].label, bars[11].count) == ("≤ 1,000", 2.0)
+    assert (bars[-1].label, bars[-1].count) == ("> 60,000", 1.0)
+    assert len(bars) == t.BUCKETS + 1
+    assert not any(b.alert for b in bars[1:])
 
 
 class FakeGlue:

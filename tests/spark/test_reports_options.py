@@ -73,6 +73,11 @@ class TestFromArgv:
             top_cohorts=5,
         )
 
+    def test_the_lateness_alarm_threshold_is_a_delivery_option(self) -> None:
+        argv = [*GLUE_ARGV, "--lateness_p99_alarm_ms", "2500"]
+        assert DeliveryReportOptions.from_argv(argv).lateness_p99_alarm_ms == 2500
+        assert DeliveryReportOptions.from_argv(GLUE_ARGV).lateness_p99_alarm_ms == 1000
+
     def test_a_bad_number_fails(self) -> None:
         with pytest.raises(OptionsError, match="days='two' is not an integer"):
             DeliveryReportOptions.from_argv([*GLUE_ARGV, "--days", "two"])
@@ -102,6 +107,10 @@ class TestFromOptions:
         values: dict[str, object] = {"export_path": "/x", "output_path": "/y", **kwargs}
         with pytest.raises(OptionsError, match=message):
             BacklogForecastOptions(**values)  # type: ignore[arg-type]
+
+    def test_the_lateness_alarm_threshold_is_checked(self) -> None:
+        with pytest.raises(OptionsError, match="lateness_p99_alarm_ms must be >= 1"):
+            DeliveryReportOptions("/x", "/y", lateness_p99_alarm_ms=0)
 
     def test_delivery_days_are_checked(self) -> None:
         with pytest.raises(OptionsError, match="days must be >= 1"):

@@ -17,6 +17,7 @@ import pytest
 from delayq import constants as c
 from delayq import telemetry
 from delayq.constants import DEFAULT_EMIT_LEAD_MS
+from delayq_reports.options import DeliveryReportOptions
 from tests.template.conftest import FUNCTIONS, ROOT
 
 # The variables that name a stack resource, and the resource each must point at.
@@ -1074,6 +1075,17 @@ def test_the_glue_code_role_may_put_that_one_object_only(resources: dict[str, An
     }
     # An explicit role: SAM attaches no managed policies.
     assert "Policies" not in function
+
+
+def test_the_delivery_report_marks_the_lateness_alarm_threshold(
+    template: dict[str, Any], resources: dict[str, Any]
+) -> None:
+    arguments = props(resources, "DeliveryReportJob")["DefaultArguments"]
+    assert arguments["--lateness_p99_alarm_ms"] == {"Ref": "LatenessP99AlarmMs"}
+    assert props(resources, "EmitLatenessAlarm")["Threshold"] == {"Ref": "LatenessP99AlarmMs"}
+    # A run without the argument (such as a local one) marks the template's default.
+    default = template["Parameters"]["LatenessP99AlarmMs"]["Default"]
+    assert DeliveryReportOptions("/x", "/y").lateness_p99_alarm_ms == int(default)
 
 
 def test_reports_run_daily_after_a_daily_export(resources: dict[str, Any]) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from delayq_local.demo_plan import Sender, Workload
+from delayq_local.demo_plan import DEFAULT_TARGETS, PENDING_DELAY_SECONDS, Sender, Workload
 from delayq_local.exceptions import LocalStackError
 from delayq_local.producer import Due, Header
 
@@ -61,6 +61,25 @@ def test_no_window_writes_everything_at_once_and_cancels_after_the_wait() -> Non
         0: len(w.messages) + len(w.invalid),
         3_000: len(w.cancelled),
     }
+
+
+def test_pending_requests_are_due_hours_to_days_ahead_and_nobody_waits_for_them() -> None:
+    plain = Workload.generate(START_MS, 300, max_delay_seconds=60, send_seconds=20)
+    w = Workload.generate(START_MS, 300, max_delay_seconds=60, send_seconds=20, pending=12)
+
+    assert len(w.pending) == 12
+    assert all(m.kind == "pending" and m.delay_id.startswith("p-") for m in w.pending.values())
+    low, high = PENDING_DELAY_SECONDS
+    for m in w.pending.values():
+        assert low * 1000 <= m.delay_ms <= high * 1000
+        assert m.due_ms == START_MS + m.send_ms + m.delay_ms
+        assert 0 <= m.send_ms <= 20_000
+    assert not set(w.pending) & set(w.expected)
+    assert w.expected == plain.expected  # the rest of the workload is as without them
+    assert w.last_due_ms == plain.last_due_ms <= START_MS + 80_000
+    assert {m.target for m in w.pending.values()} == set(DEFAULT_TARGETS)
+    sent = [write for at, write in w.schedule(_Recorder())]
+    assert len(sent) == len(plain.schedule(_Recorder())) + 12
 
 
 def test_a_negative_window_is_refused() -> None:

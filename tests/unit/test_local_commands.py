@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from delayq.pending import PendingCount
-from delayq_local.cli import local_summary, main
+from delayq_local.cli import demo_options, local_summary, main, parse_args, report_options
 from delayq_local.kafka_commands import epoch_ms, header
 from delayq_local.pending_view import PendingReport, QueueDepth
 from delayq_local.producer import Due
@@ -96,6 +96,23 @@ def test_tail_reads_the_named_topics_else_the_allowed_ones() -> None:
     assert choose_topics(existing, explicit=["x"]) == ["x"]
     assert choose_topics(existing, allowed=["demo.*"]) == ["demo.a", "demo.b"]
     assert choose_topics(existing, exclude=["delay-requests"]) == ["demo.a", "demo.b", "other"]
+
+
+def test_the_report_writes_its_own_folder_and_leaves_requests_pending() -> None:
+    demo = demo_options(parse_args(["demo"]))
+    report = report_options(parse_args(["report"]))
+
+    assert demo.results == Path("results")
+    assert demo.reports is None
+    assert demo.pending == 0
+    assert report.results == report.reports == Path("results/report")
+    assert report.pending > 0
+    # The demo writes these files into results/ itself; the report writes nothing there.
+    demo_files = {demo.results / name for name in ("demo.json", "lateness.png", "handlers.log")}
+    assert not any(report.results in (f, *f.parents) for f in demo_files)
+    assert demo.results not in (report.results, report.reports)
+    custom = report_options(parse_args(["report", "--results", "out", "--pending", "3"]))
+    assert (custom.results, custom.reports, custom.pending) == (Path("out"), Path("out"), 3)
 
 
 def test_arguments_are_read_strictly() -> None:
