@@ -10,7 +10,8 @@ import pytest
 
 from delayq import buckets
 from delayq import constants as c
-from delayq.tracing import traced, tracing_enabled
+from delayq.settings import tracing_enabled
+from delayq.tracing import traced
 from testkit.clock import FakeClock
 from testkit.lambda_context import LambdaContext
 from tests.factories import AwsResources, load_handler

@@ -14,8 +14,11 @@ from delayq.limits import TenantLimits, parse_limits
 
 __all__ = [
     "KAFKA_SECURITY_MODES",
+    "LAMBDA_TASK_ROOT_ENV",
+    "TRACE_DISABLED_ENV",
     "Settings",
     "topic_allowed",
+    "tracing_enabled",
 ]
 
 KAFKA_SECURITY_MODES = frozenset(
@@ -199,7 +202,7 @@ class Settings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Read the `DELAYQ_*` variables; keyword arguments win over the environment."""
-        env = os.environ if environ is None else environ
+        env = _environment(environ)
         values: dict[str, Any] = {}
         for f in fields(cls):
             if not f.init:
@@ -210,6 +213,26 @@ class Settings:
             values[f.name] = _parse(f.name, var, env[var], f.type)
         values.update(overrides)
         return cls(**values)
+
+
+# Powertools Tracer's switch (the template sets it from its Tracing parameter) and the variable
+# Lambda sets in every execution environment.
+TRACE_DISABLED_ENV = "POWERTOOLS_TRACE_DISABLED"
+LAMBDA_TASK_ROOT_ENV = "LAMBDA_TASK_ROOT"
+_FALSE = frozenset({"false", "0", "no", "off"})
+
+
+def tracing_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether handlers are traced (``delayq.tracing``): in Lambda, with
+    POWERTOOLS_TRACE_DISABLED set to false. Read at import time, before the settings are."""
+    env = _environment(environ)
+    disabled = env.get(TRACE_DISABLED_ENV, "true").strip().lower()
+    return disabled in _FALSE and bool(env.get(LAMBDA_TASK_ROOT_ENV))
+
+
+def _environment(environ: Mapping[str, str] | None) -> Mapping[str, str]:
+    """The variables given, else the process's: the one place the layer reads them."""
+    return os.environ if environ is None else environ
 
 
 def topic_allowed(topic: str, patterns: Iterable[str]) -> bool:

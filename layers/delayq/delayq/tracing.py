@@ -13,24 +13,14 @@ the plain handlers.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
-__all__ = ["LAMBDA_TASK_ROOT_ENV", "TRACE_DISABLED_ENV", "traced", "tracing_enabled"]
+from delayq.settings import tracing_enabled
 
-TRACE_DISABLED_ENV = "POWERTOOLS_TRACE_DISABLED"
-LAMBDA_TASK_ROOT_ENV = "LAMBDA_TASK_ROOT"
-_FALSE = frozenset({"false", "0", "no", "off"})
+__all__ = ["traced"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def tracing_enabled(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether handlers are traced: in Lambda, with POWERTOOLS_TRACE_DISABLED set to false."""
-    env = os.environ if environ is None else environ
-    disabled = env.get(TRACE_DISABLED_ENV, "true").strip().lower()
-    return disabled in _FALSE and bool(env.get(LAMBDA_TASK_ROOT_ENV))
 
 
 def traced(
