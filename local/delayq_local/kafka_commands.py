@@ -3,8 +3,9 @@ delay topic) and `tail` (read the target topics).
 
 They find the cluster through `--bootstrap`, `$DELAYQ_KAFKA_BOOTSTRAP` or the running
 `delayq local` (its state file), and take librdkafka settings with `-X key=value` as kcat does
-(`-X security.protocol=SASL_SSL -X sasl.mechanism=SCRAM-SHA-512 -X sasl.username=...`), so
-that they reach a deployed cluster too.
+(`-X security.protocol=SASL_SSL -X sasl.mechanism=SCRAM-SHA-512 -X sasl.username=...`), or
+sign in to Amazon MSK with IAM (`--msk-iam`: OAUTHBEARER tokens signed with the caller's AWS
+credentials, as the emitter signs its own), so that they reach a deployed cluster too.
 
 Exit status: 0 done; 1 `tail --count N` ended before N deliveries; 2 usage or configuration
 errors (no cluster, a target the running stack does not allow, an unknown topic).
@@ -21,8 +22,11 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final
 
+import boto3
+
 from delayq import constants as c
 from delayq.clock import iso_ms
+from delayq.kafka import TokenProvider, msk_iam_token
 from delayq.settings import topic_allowed
 from delayq_local.exceptions import LocalStackError
 from delayq_local.producer import Acknowledged, DelayProducer, Due
@@ -94,6 +98,15 @@ def _client_options(parser: argparse.ArgumentParser, *, writes: bool = True) -> 
         metavar="KEY=VALUE",
         help="a librdkafka setting, as kcat takes it (repeatable)",
     )
+    parser.add_argument(
+        "--msk-iam",
+        action="store_true",
+        help="authenticate to Amazon MSK with IAM (SASL_SSL, OAUTHBEARER tokens signed with "
+        "your AWS credentials; port 9098)",
+    )
+    parser.add_argument(
+        "--region", help="the MSK cluster's region, for --msk-iam (default: boto3's)"
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     if writes:
         parser.add_argument("--topic", help=f"the delay topic (default: {DEFAULT_TOPIC})")
@@ -158,8 +171,26 @@ def _cluster(args: argparse.Namespace) -> tuple[str, dict[str, Any], Mapping[str
             "or start `delayq local`"
         )
     local = bootstrap == state.get("kafka_bootstrap")
-    config = {k: v.decode() for k, v in args.kafka_config}
+    config: dict[str, Any] = {k: v.decode() for k, v in args.kafka_config}
+    if args.msk_iam:
+        config.update(msk_iam_config(args.region))
     return str(bootstrap), config, state if local else {}
+
+
+def msk_iam_config(
+    region: str | None, token_provider: TokenProvider = msk_iam_token
+) -> dict[str, Any]:
+    """librdkafka settings that sign in to MSK with IAM: the caller's credentials sign each
+    token (aws-msk-iam-sasl-signer-python, as the emitter's role does)."""
+    region = region or boto3.session.Session().region_name
+    if not region:
+        raise LocalStackError("--msk-iam needs a region: pass --region or set AWS_REGION")
+
+    def oauth_cb(_: Any) -> tuple[str, float]:
+        token, expiry_ms = token_provider(region)
+        return token, expiry_ms / 1000
+
+    return {"security.protocol": "SASL_SSL", "sasl.mechanisms": "OAUTHBEARER", "oauth_cb": oauth_cb}
 
 
 def _producer(args: argparse.Namespace) -> tuple[DelayProducer, Mapping[str, Any]]:

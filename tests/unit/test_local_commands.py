@@ -6,11 +6,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import confluent_kafka
 import pytest
 
 from delayq.pending import PendingCount
+from delayq_local import kafka_commands
 from delayq_local.cli import demo_options, local_summary, main, parse_args, report_options
-from delayq_local.kafka_commands import epoch_ms, header
+from delayq_local.exceptions import LocalStackError
+from delayq_local.kafka_commands import epoch_ms, header, msk_iam_config
 from delayq_local.pending_view import PendingReport, QueueDepth
 from delayq_local.producer import Due
 from delayq_local.state import (
@@ -181,3 +184,47 @@ def test_pending_prints_periods_totals_the_scheduler_and_the_queues() -> None:
     empty = PendingReport("day", "x", minute, minute, [], None, minute * 60_000)
     assert "nothing waits" in "\n".join(empty.lines())
     assert "scheduler: no run yet" in "\n".join(empty.lines())
+
+
+def test_msk_iam_gives_librdkafka_tokens_signed_for_the_region(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked: list[str] = []
+
+    def provider(region: str) -> tuple[str, int]:
+        asked.append(region)
+        return "signed-token", 1_800_000_000_000
+
+    config = msk_iam_config("eu-west-1", provider)
+    assert (config["security.protocol"], config["sasl.mechanisms"]) == ("SASL_SSL", "OAUTHBEARER")
+    # librdkafka asks for the first token when the client is created (nothing listens there).
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": "127.0.0.1:9", "log_level": 0, **config}
+    )
+    assert asked == ["eu-west-1"]
+    assert config["oauth_cb"](None) == ("signed-token", 1_800_000_000.0)
+    producer.flush(0)
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    with pytest.raises(LocalStackError, match="needs a region"):
+        msk_iam_config(None, provider)
+
+
+def test_the_kafka_commands_take_msk_iam(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DELAYQ_KAFKA_BOOTSTRAP", "b-1.example:9098")
+    monkeypatch.setenv(ENV_STATE_FILE, "/nonexistent/state.json")
+    seen: list[dict[str, object]] = []
+
+    def config(region: str | None) -> dict[str, object]:
+        seen.append({"region": region})
+        return {}
+
+    monkeypatch.setattr(kafka_commands, "msk_iam_config", config)
+    parser = argparse.ArgumentParser()
+    commands = parser.add_subparsers()
+    kafka_commands.register(commands)
+    for argv in (["send", "--target", "t", "--delay", "1"], ["tail"], ["cancel", "x"]):
+        args = parser.parse_args([*argv, "--msk-iam", "--region", "eu-west-1"])
+        kafka_commands._cluster(args)
+    assert seen == [{"region": "eu-west-1"}] * 3

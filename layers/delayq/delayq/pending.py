@@ -31,12 +31,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from botocore.exceptions import ClientError
-
 from delayq import constants as c
 from delayq.exceptions import StoreError
 from delayq.records import DelayRequest
 from delayq.retry import AWS_ERRORS, Backoff, Deadline, retry_call
+from delayq.store import condition_failed
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -209,7 +208,7 @@ class PendingCounts:
         try:
             return self._update(key, entries, (first, None), deadline)
         except StoreError as e:
-            if not _condition_failed(e):
+            if not condition_failed(e):
                 raise
         # Some of these records were counted before (a redelivered batch): count the rest.
         for _ in range(_MAX_RECOUNTS):
@@ -218,7 +217,7 @@ class PendingCounts:
             try:
                 return self._update(key, rest, (first, seen), deadline)
             except StoreError as e:
-                if not _condition_failed(e):
+                if not condition_failed(e):
                     raise
         raise StoreError(
             f"count pending {key.minute}#{key.target}: the counted offset of {key.partition} "
@@ -350,13 +349,6 @@ def counts_of(
         minute = start + period * length
         if minute <= last_minute and minute + length > first_minute:
             yield PendingCount(minute, length, target, stored, queued)
-
-
-def _condition_failed(error: StoreError) -> bool:
-    cause = error.__cause__
-    return isinstance(cause, ClientError) and (
-        cause.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
-    )
 
 
 def group_counts(

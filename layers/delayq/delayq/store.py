@@ -36,6 +36,7 @@ __all__ = [
     "Watermark",
     "cancel_covers",
     "cancel_key",
+    "condition_failed",
     "message_item",
     "message_key",
     "query_pool",
@@ -220,7 +221,7 @@ def _binary(attr: dict[str, Any] | None) -> bytes | None:
     return bytes(raw)
 
 
-def _condition_failed(error: StoreError) -> bool:
+def condition_failed(error: StoreError) -> bool:
     """Whether a translated error is DynamoDB refusing a conditional write."""
     cause = error.__cause__
     return isinstance(cause, ClientError) and (
@@ -486,7 +487,7 @@ class MessageStore:
                 deadline,
             )
         except StoreError as e:
-            if not _condition_failed(e):
+            if not condition_failed(e):
                 raise
             return False
         return True
@@ -767,7 +768,7 @@ class MessageStore:
                 deadline,
             )
         except StoreError as e:
-            if _condition_failed(e):
+            if condition_failed(e):
                 was = "none" if old is None else old.second
                 raise WatermarkConflictError(
                     f"watermark is no longer {was} as read: another writer changed it"
