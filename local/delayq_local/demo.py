@@ -27,9 +27,9 @@ class DemoOptions:
     `(at, seconds)` after the workload starts, every broker is down (added to the stack's
     fault plan, whose timed faults count from the same moment)."""
 
-    messages: int = 3000
-    max_delay_seconds: float = 120.0
-    send_seconds: float = 60.0
+    messages: int = 2000
+    max_delay_seconds: float = 80.0
+    send_seconds: float = 40.0
     seed: int = 7
     results: Path = Path("results")
     settle_seconds: float = 5.0
