@@ -92,7 +92,7 @@ class IngestServices:
     direct: DirectServices | None = None
     # Applies the tenant limits (None: no tenant has one).
     shaper: Shaper | None = None
-    # Keeps the pending counts per release minute and target (None: not kept).
+    # Keeps the pending counts per period and target (None: not kept, nothing tallied).
     pending: PendingCounts | None = None
 
 
@@ -148,7 +148,7 @@ def ingest_batch(
     cancels = [r for r in controls if isinstance(r, CancelRequest)]
     reschedules = [r for r in controls if isinstance(r, RescheduleRequest)]
     result = IngestResult(rejected=rejections)
-    tally = PendingTally()
+    tally = PendingTally() if services.pending is not None else None
 
     # Cancels first: a message that a cancel of the same batch covers must end cancelled.
     if cancels:
@@ -174,7 +174,8 @@ def ingest_batch(
         )
         result.rescheduled = len(moved.copies)
         rejections.extend(_rejections_of(event, moved.refused))
-        tally.moved_away(moved.originals, (r.moved_src for r in moved.copies))
+        if tally is not None:
+            tally.moved_away(moved.originals, (r.moved_src for r in moved.copies))
         direct_copies, copies = _split_direct(moved.copies, settings, services, clock)
         direct.extend(direct_copies)
         keep(copies, deadline=deadline)
@@ -246,7 +247,7 @@ def _keep(
     delays: list[DelayRequest],
     *,
     result: IngestResult,
-    tally: PendingTally,
+    tally: PendingTally | None,
     settings: Settings,
     services: IngestServices,
     clock: Clock,
@@ -268,8 +269,9 @@ def _keep(
         routed = buckets.route(request.release_at_ms, now_ms, settings.horizon_seconds)
         (to_queue if routed is buckets.Route.QUEUE else to_store).append(request)
     rescued = 0
-    tally.kept(to_store, queued=False)
-    tally.kept(to_queue, queued=True)
+    if tally is not None:
+        tally.kept(to_store, queued=False)
+        tally.kept(to_queue, queued=True)
     if to_store:
         services.store.put_messages(to_store, now_ms, deadline)
         result.stored += len(to_store)
