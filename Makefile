@@ -13,6 +13,9 @@ PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check --no-com
 # Test workers: pytest-xdist processes (the integration tests give each its own moto server,
 # mock Kafka cluster, stack names and results folder).
 WORKERS ?= auto
+# The integration and Spark tiers mostly wait (messages due seconds ahead, event sources polling,
+# a JVM): two workers per core finish them in about three quarters of the time one per core takes.
+SLOW_WORKERS ?= $(shell echo $$(( 2 * $$(nproc) )))
 CODE := layers/delayq/delayq functions local/delayq_local spark_glue tests bench testkit sim
 
 .DEFAULT_GOAL := help
@@ -60,7 +63,7 @@ test: ## the full suite: lint, unit, functional, integration, spark, template ch
 	  echo "make test: $$(( $$(date +%s) - start )) s wall, exit $$rc"; exit $$rc
 
 test-steps: lint unit $(TEST_CHECKS)
-	$(PY) -m pytest -n $(WORKERS) --dist loadgroup tests --ignore=tests/unit --ignore=tests/functional; $(PYTEST_HONEST)
+	$(PY) -m pytest -n $(SLOW_WORKERS) --dist loadgroup tests --ignore=tests/unit --ignore=tests/functional; $(PYTEST_HONEST)
 
 demo: $(LOCAL_STAMP) ## the whole pipeline on the embedded local stack, with a result summary
 	$(VENV)/bin/delayq demo

@@ -8,7 +8,7 @@ typecheck-local: $(STAMP) ## mypy (strict) on the local runner and its integrati
 	$(PY) -m mypy local/delayq_local tests/integration
 
 integration: $(STAMP) ## the integration tests: embedded stack, moto server, mock Kafka cluster
-	$(PY) -m pytest -n $(WORKERS) tests/integration; $(PYTEST_HONEST)
+	$(PY) -m pytest -n $(SLOW_WORKERS) tests/integration; $(PYTEST_HONEST)
 
 local: $(LOCAL_STAMP) ## the embedded stack in the foreground (delayq local; Ctrl-C stops it)
 	$(VENV)/bin/delayq local

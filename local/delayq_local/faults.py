@@ -16,8 +16,9 @@ before any handler runs (`ActiveFaults`) and removes it when it stops. Its piece
   execution environment, as Lambda does after a process exit.
 - Timed faults, run by the demo harness from the start of the workload: `BrokerOutage`,
   `KafkaRequestErrors` (pushed on the mock cluster; `TOPIC_AUTHORIZATION_FAILED` on Produce makes
-  the emitter's producer give up on records), `PauseSource` (missed ticks), `ExtraTicks` and
-  `RepeatedTicks` (duplicate ticks).
+  the emitter's producer give up on records, `_TRANSPORT` drops its connection; retriable
+  Produce error codes are refused, as the mock cannot model them for an idempotent producer),
+  `PauseSource` (missed ticks), `ExtraTicks` and `RepeatedTicks` (duplicate ticks).
 - `clock_skew_ms`: a function's handler module gets a clock off by that many milliseconds, through
   `delayq.clock.handler_clock`, the clock every handler takes when it is imported.
 
@@ -43,10 +44,12 @@ from typing import Any, Final, Protocol
 
 import boto3
 from botocore.awsrequest import AWSResponse
+from confluent_kafka import KafkaError
 
 from delayq import buckets
 from delayq import constants as c
 from delayq.clock import Clock, system_clock
+from delayq.kafka import Failure, classify
 from delayq.settings import Settings
 from delayq_local.exceptions import LocalStackError
 from delayq_local.kafka_mock import ApiKey, MockKafkaCluster
@@ -309,6 +312,11 @@ class TimedFault(Protocol):
         """Undo whatever is still in effect (the run may end early)."""
 
 
+def _faithful_produce_error(code: int) -> bool:
+    """A dropped connection, or an error the layer's producer classifies as a refusal."""
+    return code == KafkaError._TRANSPORT or classify(KafkaError(code)).failure is Failure.REFUSED
+
+
 def _cluster(stack: Stack) -> MockKafkaCluster:
     if stack.mock_kafka is None:
         raise LocalStackError("Kafka faults need the embedded mock cluster")
@@ -337,11 +345,32 @@ class BrokerOutage:
 class KafkaRequestErrors:
     """The mock cluster answers the next `len(errors)` requests of `api` with these codes
     (`confluent_kafka.KafkaError` values), from `at` seconds on. They hit any client: push
-    Produce errors only once the workload is sent."""
+    Produce errors only once the workload is sent.
+
+    On Produce, only errors the mock models faithfully for an idempotent producer are taken: a
+    dropped connection (`_TRANSPORT`) or an error the producer gives up on (a refusal, such as
+    `TOPIC_AUTHORIZATION_FAILED`). A retriable error code (`NOT_ENOUGH_REPLICAS`,
+    `REQUEST_TIMED_OUT`, ...) is refused: the mock checks the sequence numbers of transactional
+    producers only (rdkafka_mock.c), so the request in flight behind the failed one is
+    appended where Kafka would refuse it (`OUT_OF_ORDER_SEQUENCE_NUMBER`), and librdkafka then
+    reports a record as delivered that is not in the log -- a loss real Kafka cannot cause.
+    """
 
     api: ApiKey
     errors: tuple[int, ...]
     at: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.api != ApiKey.PRODUCE:
+            return
+        unfaithful = [code for code in self.errors if not _faithful_produce_error(code)]
+        if unfaithful:
+            names = ", ".join(KafkaError(code).name() for code in unfaithful)
+            raise ValueError(
+                f"Produce errors {names}: the mock cluster cannot model retriable Produce errors "
+                "for an idempotent producer (it acknowledges records it never appended); use "
+                "KafkaError._TRANSPORT (a dropped connection) or an error the producer gives up on"
+            )
 
     def events(self) -> list[tuple[float, str, Callable[[Stack], None]]]:
         name = f"kafka {self.api.name.lower()} errors pushed"

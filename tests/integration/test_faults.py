@@ -156,11 +156,9 @@ SCENARIOS = [
                     + (KafkaError.REQUEST_TIMED_OUT,) * 3,
                     at=2.0,
                 ),
-                KafkaRequestErrors(
-                    ApiKey.PRODUCE,
-                    (KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.REQUEST_TIMED_OUT) * 3,
-                    at=16.0,
-                ),
+                # Dropped connections: the mock cannot model retriable Produce error codes for
+                # an idempotent producer (see KafkaRequestErrors).
+                KafkaRequestErrors(ApiKey.PRODUCE, (KafkaError._TRANSPORT,) * 6, at=16.0),
             )
         ),
         fired=("kafka fetch errors", "kafka produce errors", "kafka brokers down"),

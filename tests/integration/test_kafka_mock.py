@@ -8,7 +8,10 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
+from delayq.kafka import producer_config
+from delayq.settings import Settings
 from delayq_local import ApiKey, KafkaMockError, MockKafkaCluster
+from delayq_local.faults import KafkaRequestErrors
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
@@ -108,6 +111,60 @@ def test_pushed_request_errors_fail_the_next_requests_of_that_type(
     assert first is not None
     assert first.code() == KafkaError.MSG_SIZE_TOO_LARGE
     assert second is None
+
+
+def test_dropped_produce_connections_lose_no_record_an_idempotent_producer_acknowledged(
+    kafka: MockKafkaCluster,
+) -> None:
+    """What the fault scenarios push on Produce: the product's own producer configuration
+    (idempotent, acks=all) gets a report for every record, and each one reported delivered is
+    in the log once."""
+    topic = f"drops-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic, partitions=3)
+    config = producer_config(Settings(kafka_bootstrap=kafka.bootstrap_servers))
+    producer = Producer({**config, "log_level": 0})
+    reports: dict[bytes, KafkaError | None] = {}
+
+    def report(err: KafkaError | None, msg: Message) -> None:
+        reports[msg.value() or b""] = err
+
+    producer.produce(topic, value=b"warm", on_delivery=report)
+    assert producer.flush(10) == 0  # the producer id is assigned before the errors
+    assert reports.pop(b"warm") is None
+
+    kafka.push_request_errors(ApiKey.PRODUCE, [KafkaError._TRANSPORT] * 6)
+    for n in range(40):
+        producer.produce(topic, value=f"m{n}".encode(), on_delivery=report)
+        producer.poll(0)
+        time.sleep(0.005)
+    assert producer.flush(30) == 0
+
+    delivered = sorted(value for value, err in reports.items() if err is None)
+    in_log = sorted(m.value() or b"" for m in consume_all(kafka.bootstrap_servers, topic, 41, 20))
+    assert len(reports) == 40
+    assert delivered
+    assert [v for v in delivered if v not in in_log] == []
+    assert b"warm" in in_log
+    assert len(in_log) == len(set(in_log))
+
+
+@pytest.mark.parametrize(
+    "code",
+    [KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.REQUEST_TIMED_OUT, KafkaError._MSG_TIMED_OUT],
+)
+def test_retriable_produce_errors_are_refused_as_the_mock_cannot_model_them(code: int) -> None:
+    # The mock checks sequence numbers for transactional producers only: after a retriable
+    # error it appends the next request in flight, and the idempotent producer then reports a
+    # record delivered that is not in the log.
+    with pytest.raises(ValueError, match="cannot model retriable Produce errors"):
+        KafkaRequestErrors(ApiKey.PRODUCE, (KafkaError._TRANSPORT, code))
+
+
+def test_dropped_connections_refusals_and_other_requests_errors_are_taken() -> None:
+    KafkaRequestErrors(
+        ApiKey.PRODUCE, (KafkaError._TRANSPORT, KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    )
+    KafkaRequestErrors(ApiKey.FETCH, (KafkaError.NOT_LEADER_FOR_PARTITION,))
 
 
 def test_calls_on_a_stopped_cluster_raise() -> None:
