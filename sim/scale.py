@@ -511,7 +511,9 @@ class ScaleModel:
         )
         rates = {
             f"ingest concurrency ({d.delay_topic_partitions} partitions x {INGEST_BATCH} per "
-            f"{batch_ms:.0f} ms)": d.delay_topic_partitions
+            f"{batch_ms:.0f} ms)": math.inf
+            if batch_ms <= 0
+            else d.delay_topic_partitions
             * KAFKA_INVOCATIONS_PER_PARTITION
             * INGEST_BATCH
             / (batch_ms / 1000),
