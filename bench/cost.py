@@ -19,7 +19,7 @@ from bench.reference_mix import DAY_SECONDS, REFERENCE_MIX, VALUE_BYTES, Workloa
 from bench.template import FunctionConfig, deployed
 from delayq import buckets
 from delayq.store import message_item
-from sim.scale import vcpu_share
+from sim.scale import DDB_MISSING_KEY_RRU, vcpu_share
 from testkit.aws import item_size, write_units
 from testkit.clock import NOW_MS
 from testkit.payload import random_bytes
@@ -106,7 +106,7 @@ SQS_RECEIVE_MAX: Final = 10
 # A strongly consistent read of a key that is not there (a cancel marker that does not exist):
 # the emitter checks every message, strongly consistent so that a cancel written before the
 # check is seen (an eventually consistent read would cost half).
-MISSING_KEY_RRU: Final = 1.0
+MISSING_KEY_RRU: Final = DDB_MISSING_KEY_RRU
 SCHEDULER_SAFETY_S: Final = 10  # functions/scheduler/app.py: Deadline(safety_ms=10_000)
 
 

@@ -33,7 +33,9 @@ its page; checked November 2026):
   Every emitter invocation counts against the account's concurrency, shared with ingest and
   the scheduler.
 * **emitter**: receives (10 messages per ReceiveMessage) and hand-over, the cancel-marker
-  reads (BatchGetItem of 100 keys), holds to the release time, then the measured CPU per
+  reads (BatchGetItem of 100 keys, strongly consistent: one read unit per key, present or
+  not, on the ``cancel#<shard>`` partitions that every emitter shares), holds to the release
+  time, then the measured CPU per
   message at its vCPU share and one flush; messages of a batch leave in order, so lateness
   within a batch grows message by message.
 
@@ -63,9 +65,12 @@ from sim.world import World
 DDB_PARTITION_WCU: Final = 1000
 DDB_PARTITION_RCU: Final = 3000
 DDB_NEW_ON_DEMAND_TABLE_WRU: Final = 4000
-# One RCU is one strongly consistent read of up to 4 KB (the scheduler's Queries are).
+# One RCU is one strongly consistent read of up to 4 KB (the scheduler's Queries are); a
+# strongly consistent read of a key that is absent costs one read unit too (the emitter's
+# cancel-marker BatchGetItem on cancel#<shard>, every message).
 # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/read-write-operations.html
 DDB_RCU_BYTES: Final = 4096
+DDB_MISSING_KEY_RRU: Final = 1.0
 # Lambda's SQS event source, standard mode: 5 concurrent batches to start, up to 300 more a
 # minute, at most 1,000 at once; ScalingConfig.MaximumConcurrency is 2 to 1,000.
 # https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html
@@ -120,6 +125,7 @@ SCHEDULER_READS: Final = "reads"
 LATE_SCHEDULER: Final = "scheduler"
 LATE_SOURCE: Final = "event source"
 LATE_EMITTER: Final = "emitter"
+LATE_MARKERS: Final = "cancel-marker reads"
 STEP_MS: Final = 1000  # scaling and ingest advance a second at a time
 
 
@@ -480,6 +486,9 @@ class ScaleModel:
         self.sched_round_ms = 0.0
         self.sched_text: dict[str, str] = {}
         self.queued_first: int | None = None
+        # The cancel markers' partitions, shared by every emitter: when they are next free.
+        self.markers_free_at = 0.0
+        self.marker_keys_per_ms = deployment.shards * DDB_PARTITION_RCU / DDB_MISSING_KEY_RRU / 1000
 
     # --- traffic -------------------------------------------------------------------------------
 
@@ -734,12 +743,18 @@ class ScaleModel:
         n = sum(ch.count for ch in batch)
         figures.messages += n
         sqs_messages = sum(ch.sqs_messages for ch in batch)
-        ready = (
+        received = (
             now
             + math.ceil(sqs_messages / SQS_RECEIVE_MAX_MESSAGES) * c.ms_sqs_receive
             + c.ms_lambda_invoke
-            + math.ceil(n / DDB_BATCH_GET_KEYS) * c.ms_dynamodb_batch_get
         )
+        # The marker reads share the cancel#<shard> partitions' read units with every other
+        # emitter: past their rate, reads wait (throttled and retried) for their share.
+        reads_start = max(received, self.markers_free_at)
+        self.markers_free_at = reads_start + n / self.marker_keys_per_ms
+        unthrottled = received + math.ceil(n / DDB_BATCH_GET_KEYS) * c.ms_dynamodb_batch_get
+        ready = max(unthrottled, self.markers_free_at)
+        read_wait = ready - unthrottled
         per_message = (
             c.emitter_cpu_ms_per_message
             / c.arm_speed_vs_bench_core
@@ -750,7 +765,9 @@ class ScaleModel:
         for chunk in sorted(batch, key=lambda ch: ch.cohort.release_ms):
             cursor = max(cursor, chunk.cohort.release_ms)
             self._record(chunk, cursor + c.ms_kafka_flush, per_message)
-            self._attribute(chunk, now, cursor + chunk.count * per_message / 2 + c.ms_kafka_flush)
+            self._attribute(
+                chunk, now, cursor + chunk.count * per_message / 2 + c.ms_kafka_flush, read_wait
+            )
             cursor += chunk.count * per_message
         end = cursor + c.ms_kafka_flush
 
@@ -779,10 +796,12 @@ class ScaleModel:
             last = math.ceil(base + chunk.count * per_message)
             self.last_burst_emit = max(self.last_burst_emit or 0, last)
 
-    def _attribute(self, chunk: _Chunk, started_ms: int, emitted_ms: float) -> None:
+    def _attribute(
+        self, chunk: _Chunk, started_ms: int, emitted_ms: float, read_wait: float
+    ) -> None:
         """Where the chunk's lateness (emitted minus released) was spent: reaching the queue
         after its release less the lead (the scheduler), waiting for an invocation (the event
-        source), or inside the emitter."""
+        source), waiting for the cancel markers' read units, or inside the emitter."""
         cohort = chunk.cohort
         late = max(0.0, emitted_ms - cohort.release_ms)
         wanted = cohort.release_ms - self.d.emit_lead_ms
@@ -791,7 +810,9 @@ class ScaleModel:
         spent = self.late_by[cohort.cls]
         spent[LATE_SCHEDULER] += round(scheduler * chunk.count)
         spent[LATE_SOURCE] += round(source * chunk.count)
-        spent[LATE_EMITTER] += round((late - scheduler - source) * chunk.count)
+        markers = min(late - scheduler - source, read_wait)
+        spent[LATE_MARKERS] += round(markers * chunk.count)
+        spent[LATE_EMITTER] += round((late - scheduler - source - markers) * chunk.count)
 
     def _scale(self) -> None:
         """Each second: sources with waiting messages scale out; note what held each back."""

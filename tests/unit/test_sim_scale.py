@@ -12,6 +12,7 @@ from sim.scale import (
     BURST,
     BYSTANDER,
     LAMBDA_FULL_VCPU_MB,
+    LATE_MARKERS,
     LATE_SCHEDULER,
     LATE_SOURCE,
     SCHEDULER_CPU,
@@ -53,26 +54,31 @@ def deployment(**kw: object) -> Deployment:
 
 def test_one_invocation_at_a_time_drains_at_its_cpu_rate_exactly() -> None:
     # 100 messages a batch (bundles of one), 1 ms of CPU each at one vCPU, one invocation at a
-    # time: 100 batches of 100 ms from the due time on.
+    # time, everything else free but the cancel markers' reads: 100 keys at 16 partitions x
+    # 3,000 read units a second (48 a millisecond). The first batch is read while it waits for
+    # its due time and takes 100 ms from due; each of the 99 others reads for 2.08 ms, then
+    # 100 ms, and the next starts on the following whole millisecond: 103 ms.
     costs = replace(FREE, emitter_cpu_ms_per_message=1.0)
     d = deployment(sources=sources(max_concurrency=1))
     run = simulate(d, costs, Traffic(10_000))
-    assert run.drain_seconds_after_due == 10.0
+    assert run.drain_seconds_after_due == pytest.approx((100 + 99 * 103) / 1000, abs=0.002)
     assert run.sources["normal"].invocations == 100
     assert run.sources["normal"].peak_concurrency == 1
     assert run.delivered[BURST] == 10_000
     late = run.lateness_after_due[BURST].summary()
-    assert 4_900 <= (late["p50"] or 0) <= 5_100
-    assert 9_800 <= (late["max"] or 0) <= 10_000
+    assert 5_000 <= (late["p50"] or 0) <= 5_300
+    assert 10_100 <= (late["max"] or 0) <= 10_297
 
 
 def test_the_vcpu_share_slows_the_emitter_in_proportion() -> None:
     costs = replace(FREE, emitter_cpu_ms_per_message=1.0)
-    half = {**ONE_VCPU, "emitter": LAMBDA_FULL_VCPU_MB // 2}
-    d = deployment(sources=sources(max_concurrency=1), memory_mb=half)
-    run = simulate(d, costs, Traffic(10_000))
-    # 884 MB is a hair under half a vCPU, and each invocation ends on a whole millisecond.
-    assert run.drain_seconds_after_due == pytest.approx(20.0, abs=0.12)
+    one = deployment(sources=sources(max_concurrency=1))
+    half = replace(one, memory_mb={**ONE_VCPU, "emitter": LAMBDA_FULL_VCPU_MB // 2})
+    full = simulate(one, costs, Traffic(10_000)).drain_seconds_after_due or 0
+    slow = simulate(half, costs, Traffic(10_000)).drain_seconds_after_due or 0
+    # Half a vCPU doubles the 100 ms of CPU of each of the 100 invocations (884 MB is a hair
+    # under half, and each invocation ends on a whole millisecond).
+    assert slow - full == pytest.approx(10.0, abs=0.15)
 
 
 def test_a_crowded_second_spans_as_many_scheduler_runs_as_its_rounds_need() -> None:
@@ -169,3 +175,16 @@ def test_weighted_percentiles() -> None:
     late.add(900.0, 1)
     assert late.summary() == {"p50": 10, "p99": 500, "max": 900}
     assert Lateness().summary() == {"p50": None, "p99": None, "max": None}
+
+
+def test_the_cancel_marker_reads_bound_every_emitter_together() -> None:
+    # Every message costs one strongly consistent read on the cancel#<shard> partitions: 16 x
+    # 3,000 a second, however many emitters run (before due, the first batches hold their
+    # invocations to the due time: reading starts in earnest then); 64 shards read four
+    # times as fast.
+    traffic = Traffic(480_000)
+    run = simulate(deployment(), FREE, traffic)
+    assert run.drain_seconds_after_due == pytest.approx(480_000 / 48_000, abs=0.3)
+    assert run.late_mostly_in(BURST) == LATE_MARKERS
+    wider = simulate(deployment(shards=64), FREE, traffic)
+    assert (wider.drain_seconds_after_due or 0) < 2
