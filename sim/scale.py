@@ -116,6 +116,7 @@ BOUND_SCALE_OUT: Final = "scale-out"
 BOUND_CEILING: Final = "ceiling"
 BOUND_ACCOUNT: Final = "account concurrency"
 BOUND_POLLER_BYTES: Final = "poller throughput"
+BOUND_MARKERS: Final = "cancel-marker reads"
 BOUND_WINDOW: Final = "batching window (the queue fills slower than a batch)"
 # What bound the scheduler's crowded rounds.
 SCHEDULER_CPU: Final = "cpu"
@@ -750,6 +751,9 @@ class ScaleModel:
         )
         # The marker reads share the cancel#<shard> partitions' read units with every other
         # emitter: past their rate, reads wait (throttled and retried) for their share.
+        # Reads already queued for the markers: the pipeline is at their rate, and a message
+        # that waited in the queue meanwhile waited for them, not for an invocation.
+        saturated = self.markers_free_at > received
         reads_start = max(received, self.markers_free_at)
         self.markers_free_at = reads_start + n / self.marker_keys_per_ms
         unthrottled = received + math.ceil(n / DDB_BATCH_GET_KEYS) * c.ms_dynamodb_batch_get
@@ -766,7 +770,11 @@ class ScaleModel:
             cursor = max(cursor, chunk.cohort.release_ms)
             self._record(chunk, cursor + c.ms_kafka_flush, per_message)
             self._attribute(
-                chunk, now, cursor + chunk.count * per_message / 2 + c.ms_kafka_flush, read_wait
+                chunk,
+                now,
+                cursor + chunk.count * per_message / 2 + c.ms_kafka_flush,
+                read_wait,
+                saturated=saturated,
             )
             cursor += chunk.count * per_message
         end = cursor + c.ms_kafka_flush
@@ -797,7 +805,13 @@ class ScaleModel:
             self.last_burst_emit = max(self.last_burst_emit or 0, last)
 
     def _attribute(
-        self, chunk: _Chunk, started_ms: int, emitted_ms: float, read_wait: float
+        self,
+        chunk: _Chunk,
+        started_ms: int,
+        emitted_ms: float,
+        read_wait: float,
+        *,
+        saturated: bool,
     ) -> None:
         """Where the chunk's lateness (emitted minus released) was spent: reaching the queue
         after its release less the lead (the scheduler), waiting for an invocation (the event
@@ -809,10 +823,13 @@ class ScaleModel:
         source = min(late - scheduler, max(0, started_ms - max(chunk.visible_ms, wanted)))
         spent = self.late_by[cohort.cls]
         spent[LATE_SCHEDULER] += round(scheduler * chunk.count)
-        spent[LATE_SOURCE] += round(source * chunk.count)
         markers = min(late - scheduler - source, read_wait)
+        emitter = late - scheduler - source - markers
+        if saturated:
+            markers, source = markers + source, 0.0
+        spent[LATE_SOURCE] += round(source * chunk.count)
         spent[LATE_MARKERS] += round(markers * chunk.count)
-        spent[LATE_EMITTER] += round((late - scheduler - source - markers) * chunk.count)
+        spent[LATE_EMITTER] += round(emitter * chunk.count)
 
     def _scale(self) -> None:
         """Each second: sources with waiting messages scale out; note what held each back."""
@@ -830,6 +847,8 @@ class ScaleModel:
             self._pump(source)
 
     def _holding(self, source: _Source) -> str:
+        if self.markers_free_at > self.world.now_ms:
+            return BOUND_MARKERS
         if source.bytes_left <= 0:
             return BOUND_POLLER_BYTES
         if source.in_flight < math.floor(source.scaled):
