@@ -364,6 +364,25 @@ def _lifts(run: ScaleRun, case: _Case, cls: str, *, from_release: bool) -> list[
     return out
 
 
+def _together(base: _Case, lifts: Sequence[_Lift]) -> _Lift:
+    """Every lift at once: each takes what it changed from ``base``."""
+    deployment, traffic = base.deployment, base.traffic
+    for lift in lifts:
+        d = lift.case.deployment
+        changed = {
+            name: getattr(d, name)
+            for name in ("shards", "account_concurrency", "sources")
+            if getattr(d, name) != getattr(base.deployment, name)
+        }
+        memory = {k: max(v, d.memory_mb[k]) for k, v in deployment.memory_mb.items()}
+        deployment = replace(deployment, memory_mb=memory, **changed)
+        if lift.case.traffic != base.traffic:
+            traffic = lift.case.traffic
+    return _Lift(
+        "together, " + " and ".join(lift.text for lift in lifts), _Case(deployment, traffic)
+    )
+
+
 def _memory_lift(case: _Case, function: str) -> _Lift | None:
     """The function's MemorySize at one vCPU, unless it has one already."""
     d = case.deployment
@@ -435,7 +454,11 @@ def _goal(
     current, current_run, current_met = case, run, met
     while not current_met and len(steps) < MAX_LIFTS:
         was = figure(current_run).summary()["p99"]
-        for lift in _lifts(current_run, current, cls, from_release=from_release):
+        candidates = _lifts(current_run, current, cls, from_release=from_release)
+        if len(candidates) > 1:
+            # Limits that bind together: lifting one alone moves nothing.
+            candidates.append(_together(current, candidates))
+        for lift in candidates:
             lifted = simulate(lift.case.deployment, costs, lift.case.traffic, seed=seed)
             p99 = figure(lifted).summary()["p99"]
             if p99 is not None and (was is None or p99 < was * (1 - MIN_GAIN)):

@@ -489,6 +489,7 @@ class ScaleModel:
         self.queued_first: int | None = None
         # The cancel markers' partitions, shared by every emitter: when they are next free.
         self.markers_free_at = 0.0
+        self.markers_throttled_at: int | None = None
         self.marker_keys_per_ms = deployment.shards * DDB_PARTITION_RCU / DDB_MISSING_KEY_RRU / 1000
 
     # --- traffic -------------------------------------------------------------------------------
@@ -751,14 +752,17 @@ class ScaleModel:
         )
         # The marker reads share the cancel#<shard> partitions' read units with every other
         # emitter: past their rate, reads wait (throttled and retried) for their share.
-        # Reads already queued for the markers: the pipeline is at their rate, and a message
-        # that waited in the queue meanwhile waited for them, not for an invocation.
-        saturated = self.markers_free_at > received
         reads_start = max(received, self.markers_free_at)
         self.markers_free_at = reads_start + n / self.marker_keys_per_ms
         unthrottled = received + math.ceil(n / DDB_BATCH_GET_KEYS) * c.ms_dynamodb_batch_get
         ready = max(unthrottled, self.markers_free_at)
         read_wait = ready - unthrottled
+        # Reads queued behind more than their own share's time: the pipeline runs at the
+        # markers' rate, and a message that waited in the queue meanwhile waited for them,
+        # not for an invocation.
+        saturated = reads_start - received > n / self.marker_keys_per_ms
+        if saturated:
+            self.markers_throttled_at = now
         per_message = (
             c.emitter_cpu_ms_per_message
             / c.arm_speed_vs_bench_core
@@ -847,7 +851,8 @@ class ScaleModel:
             self._pump(source)
 
     def _holding(self, source: _Source) -> str:
-        if self.markers_free_at > self.world.now_ms:
+        throttled = self.markers_throttled_at
+        if throttled is not None and self.world.now_ms - throttled < STEP_MS:
             return BOUND_MARKERS
         if source.bytes_left <= 0:
             return BOUND_POLLER_BYTES
