@@ -467,7 +467,10 @@ def _goal(
                 steps.append(f"{lift.text}: p99 {p99:,.0f} ms")
                 break
         else:
-            steps.append(f"no setting lifts {_bound_by(current_run, current, cls)}")
+            steps.append(
+                f"no setting tried gains {MIN_GAIN:.0%} more (its lateness is mostly in "
+                f"{_bound_by(current_run, current, cls)})"
+            )
             break
     goal = ScaleGoal(name, goal_ms, first["p99"], met, bound, "; then ".join(steps) or "-", first)
     return goal, run

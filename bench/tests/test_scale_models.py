@@ -53,7 +53,10 @@ def test_a_slow_scheduler_binds_the_bystanders_and_its_memory_lifts_it() -> None
     assert before["bound_by"].startswith("the scheduler: its CPU")
     assert before["lifts"].startswith("the scheduler's MemorySize at 1,769 MB")
     # At one vCPU nothing is left to lift: the model says so rather than inventing a setting.
-    assert "then no setting lifts the scheduler" in before["lifts"]
+    assert (
+        "then no setting tried gains 5% more (its lateness is mostly in the scheduler"
+        in (before["lifts"])
+    )
 
 
 def test_the_fairness_goals_from_runs_of_the_model() -> None:
