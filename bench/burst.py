@@ -7,20 +7,21 @@ Two parts:
   its timeout is stopped, as Lambda stops it), tick after tick, and reports what each tick
   sent and whether the watermark moved. It shows whether one due-second holding N messages
   can be scheduled at all.
-* :func:`scale_out_model` derives, stage by stage, the time 10 M messages sharing one
-  due-second need in AWS: writes into DynamoDB (partition limits), the scheduler, the SQS
-  event source's scale-out (~1,250 concurrent, +300 a minute) and the emitter's measured
-  per-invocation cost, and the drain time after due.
+* :func:`scale_out_model` runs 10 M messages sharing one due-second through the AWS-scale
+  model (:mod:`sim.scale`, on the simulator's clock): writes into DynamoDB (partition limits,
+  warm throughput), the scheduler's rounds at their measured cost, the SQS event source's
+  scale-out and the emitter's measured CPU, and reports the drain time after due and what
+  bound each stage.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final
 
-from bench.cost import Assumptions, cpu_wall_ms
+from bench.cost import Assumptions
 from bench.harness import InMemoryPipeline
 from bench.reference_mix import batched, delay_request
 from bench.template import FunctionConfig
@@ -29,16 +30,33 @@ from delayq.envelope import decode_body
 from delayq.queues import DelayQueue, SqsQueue
 from delayq.retry import Deadline
 from delayq.scheduler import run_scheduler
+from delayq.settings import Settings
+from sim.scale import (
+    BURST,
+    DDB_NEW_ON_DEMAND_TABLE_WRU,
+    DDB_PARTITION_RCU,
+    DDB_PARTITION_WCU,
+    KAFKA_INVOCATIONS_PER_PARTITION,
+    LAMBDA_DEFAULT_ACCOUNT_CONCURRENCY,
+    LAMBDA_FULL_VCPU_MB,
+    SQS_POLLER_BYTES_PER_SECOND,
+    SQS_POLLER_INVOCATIONS,
+    SQS_PROVISIONED_MAX_CONCURRENCY,
+    SQS_PROVISIONED_MIN_POLLERS_MAX,
+    SQS_PROVISIONED_SCALE_PER_MINUTE,
+    SQS_STANDARD_MAX_CONCURRENCY,
+    SQS_STANDARD_SCALE_PER_MINUTE,
+    SQS_STANDARD_START_CONCURRENCY,
+    Costs,
+    Deployment,
+    EventSource,
+    ScaleRun,
+    Traffic,
+    simulate,
+)
 from testkit.aws import as_sqs_client
 from testkit.clock import NOW_MS, FakeClock, no_sleep_backoff
 from testkit.services import message_store
-
-# Documented AWS limits (the services' quotas pages).
-DDB_PARTITION_WCU: Final = 1000
-DDB_PARTITION_RCU: Final = 3000
-ESM_SQS_MAX_CONCURRENCY: Final = 1250
-ESM_SQS_SCALE_PER_MINUTE: Final = 300
-ESM_SQS_START_CONCURRENCY: Final = 5
 
 
 class LambdaTimeoutError(Exception):
@@ -194,226 +212,222 @@ def scheduler_probe(
 
 # --- the AWS scale-out model ----------------------------------------------------------------
 
+SOURCE: Final = (
+    "simulated at AWS scale (sim.scale, cohorts on the simulator's clock) from documented "
+    "limits and measured costs; not measured in AWS"
+)
+
+
+def scale_costs(
+    *,
+    ingest_cpu_ms_per_batch: float,
+    scheduler_cpu_ms_per_message: float,
+    emitter_cpu_ms_per_message: float,
+    assumptions: Assumptions,
+) -> Costs:
+    """The scale model's costs: this run's measured CPU and the cost model's call latencies
+    (one set of assumptions for the cost, burst and fairness figures)."""
+    a = assumptions
+    return Costs(
+        ingest_cpu_ms_per_batch=ingest_cpu_ms_per_batch,
+        scheduler_cpu_ms_per_message=scheduler_cpu_ms_per_message,
+        emitter_cpu_ms_per_message=emitter_cpu_ms_per_message,
+        ms_dynamodb_batch_write=a.ms_dynamodb_batch_write,
+        ms_dynamodb_get=a.ms_dynamodb_get,
+        ms_dynamodb_batch_get=a.ms_dynamodb_batch_get,
+        ms_dynamodb_query=a.ms_dynamodb_query,
+        ms_dynamodb_update=a.ms_dynamodb_update,
+        ms_sqs_send_batch=a.ms_sqs_send_batch,
+        ms_sqs_receive=a.ms_sqs_receive,
+        ms_lambda_invoke=a.ms_lambda_invoke,
+        ms_kafka_flush=a.ms_kafka_flush,
+        arm_speed_vs_bench_core=a.arm_speed_vs_bench_core,
+    )
+
+
+def scale_deployment(
+    settings: Settings, functions: FunctionConfig, *, steady_emitter_concurrency: int
+) -> Deployment:
+    """The deployment the AWS-scale figures start from: the layer's settings, the template's
+    memory and event sources (standard mode), EmitterMaxConcurrency at its maximum (what the
+    README recommends for bursts), the account's default concurrency and a table whose warm
+    throughput is a new on-demand table's."""
+    normal = min(functions.emitter_max_concurrency_limit, SQS_STANDARD_MAX_CONCURRENCY)
+    source = {
+        "batch_size": functions.emitter_batch_size,
+        "window_ms": round(functions.emitter_batching_window_s * 1000),
+    }
+    sources = {
+        "normal": EventSource(
+            max_concurrency=normal,
+            start_concurrency=min(normal, steady_emitter_concurrency),
+            **source,
+        ),
+        **{
+            name: EventSource(max_concurrency=cap, **source)
+            for name, cap in functions.emitter_priority_max_concurrency.items()
+        },
+    }
+    return Deployment(
+        shards=settings.shards,
+        page_items=settings.scheduler_page_items,
+        lookahead_s=settings.lookahead_seconds,
+        tick_s=settings.tick_seconds,
+        emit_lead_ms=settings.emit_lead_ms,
+        bundle_max_messages=settings.bundle_max_messages,
+        bundle_max_bytes=settings.bundle_max_bytes,
+        memory_mb=dict(functions.memory_mb),
+        scheduler_timeout_s=functions.timeout_s["scheduler"],
+        sources=sources,
+    )
+
 
 @dataclass
 class Stage:
-    """One stage of the burst's path and the rate that bounds it."""
+    """One stage of the burst's path: when it ran (seconds from due) and what bound it."""
 
     name: str
     messages_per_second: float
     seconds: float
     bound_by: str
+    started_s: float | None = None
+    finished_s: float | None = None
 
 
 @dataclass
 class BurstModel:
-    """Stage by stage, for ``messages`` sharing one due-second."""
+    """The burst through the scale model, stage by stage."""
 
     messages: int
     shards: int
     delay_topic_partitions: int
     emitter_max_concurrency: int
     stages: list[Stage]
-    drain_seconds_after_due: float
+    drain_seconds_after_due: float | None
     drain_messages_per_second: float
+    lateness_after_due_ms: dict[str, float | None]
     scheduler_runs: int
     scheduler_messages_per_run: int
     notes: list[str]
     inputs: dict[str, Any]
+    source: str = SOURCE
 
     def as_dict(self) -> dict[str, Any]:
         """For bench.json."""
         return asdict(self)
 
 
-def emitter_drain_seconds(
-    messages: int,
-    *,
-    per_invocation_ms: float,
-    batch: int,
-    max_concurrency: int,
-    start_concurrency: int,
-    read_cap_per_second: float,
-) -> tuple[float, float]:
-    """Seconds to drain ``messages`` overdue messages through the SQS event source as it
-    scales out (+300 concurrent a minute up to ``max_concurrency``), capped by the cancel
-    marker reads; returns (seconds, mean rate)."""
-    left = float(messages)
-    t = 0.0
-    step = 0.5
-    while left > 0:
-        concurrency = min(max_concurrency, start_concurrency + ESM_SQS_SCALE_PER_MINUTE * t / 60)
-        rate = min(concurrency * batch / (per_invocation_ms / 1000), read_cap_per_second)
-        left -= rate * step
-        t += step
-    return t, messages / t
+def _stages(run: ScaleRun) -> list[Stage]:
+    out = []
+    for s in run.stages:
+        seconds = 0.0 if s.started_s is None or s.finished_s is None else s.finished_s - s.started_s
+        out.append(
+            Stage(
+                s.name, round(s.messages_per_second), seconds, s.bound_by, s.started_s, s.finished_s
+            )
+        )
+    return out
 
 
 def scale_out_model(
     *,
     messages: int,
-    shards: int,
-    wru_per_item: int,
+    deployment: Deployment,
+    costs: Costs,
     item_bytes: int,
-    ingest_cpu_ms_per_batch: float,
-    emitter_cpu_ms_per_message: float,
-    emitter_batch: float,
-    scheduler_cpu_ms_per_message: float,
-    functions: FunctionConfig,
-    assumptions: Assumptions,
-    lookahead_s: int,
-    lead_ms: int,
-    delay_topic_partitions: int = 64,
-    send_workers: int = 8,
-    page_items: int = 250,
-    tick_s: int = 60,
-    steady_emitter_concurrency: int | None = None,
-    messages_per_send: float = 10.0,
+    wru_per_item: int,
+    value_bytes: int = 1024,
+    seed: int = 0,
 ) -> BurstModel:
-    """Derive the 10 M burst in AWS from measured per-invocation costs and documented limits."""
-    a = assumptions
-    notes: list[str] = []
-    # 1. Ingest writes the burst into one due-second: 'shards' partitions x 1,000 WCU.
-    ingest_ms = cpu_wall_ms(ingest_cpu_ms_per_batch, functions.memory_mb["ingest"], a) + (
-        4 * a.ms_dynamodb_batch_write + a.ms_dynamodb_get
-    )
-    ingest_rate = delay_topic_partitions * 100 / (ingest_ms / 1000)
-    ddb_write_cap = shards * DDB_PARTITION_WCU / wru_per_item
-    write_rate = min(ingest_rate, ddb_write_cap)
-    stages = [
-        Stage(
-            "ingest -> DynamoDB",
-            write_rate,
-            messages / write_rate,
-            "DynamoDB partitions "
-            f"({shards} shards x {DDB_PARTITION_WCU} WCU / {wru_per_item} WRU per item)"
-            if ddb_write_cap < ingest_rate
-            else f"ingest concurrency ({delay_topic_partitions} partitions x 100 per "
-            f"{ingest_ms:.0f} ms)",
-        )
+    """``messages`` of 1 KB written at once, due in the same second an hour later, through the
+    scale model (:mod:`sim.scale`): ingest, DynamoDB, the scheduler, the delay queue's event
+    source scaling out and the emitter, each bound by its documented limit and measured cost.
+    """
+    traffic = Traffic(messages, value_bytes, item_bytes=item_bytes, wru_per_item=wru_per_item)
+    run = simulate(deployment, costs, traffic, seed=seed)
+    normal = deployment.sources["normal"]
+    drain = run.drain_seconds_after_due
+    ingest, scheduler, _ = run.stages
+    notes = [
+        f"the burst is written {traffic.written_before_due_s} s before due; ingest stores it "
+        f"from {ingest.started_s:,.0f} s to {ingest.finished_s:,.0f} s (bound by "
+        f"{ingest.bound_by})",
+        f"the scheduler starts at {scheduler.started_s:,.0f} s (look-ahead "
+        f"{deployment.lookahead_s} s, the minute's tick drawn by the seed) and sends the last "
+        f"of the burst at {scheduler.finished_s:,.0f} s ({run.scheduler_runs} runs, "
+        f"{run.scheduler_rounds:,} rounds; bound by {scheduler.bound_by})",
+        f"the delay queue's event source ({run.sources['normal'].mode} mode) peaked at "
+        f"{run.sources['normal'].peak_concurrency:,} concurrent emitters of "
+        f"{run.sources['normal'].ceiling:,}",
     ]
-    notes.append(
-        "an on-demand table serves up to double its previous peak at once; a cold table "
-        "needs warm throughput set in advance for this write rate"
-    )
-
-    # 2. The scheduler: one invocation at a time (FIFO ticks), a crowded second read round by
-    # round (a page of every shard), each round's bundles sent `send_workers` calls at a time,
-    # then a checkpoint (one conditional write); the next tick resumes after the checkpoint.
-    round_messages = shards * page_items
-    calls = math.ceil(round_messages / messages_per_send)
-    round_ms = (
-        a.ms_dynamodb_query
-        + math.ceil(calls / send_workers) * a.ms_sqs_send_batch
-        + a.ms_dynamodb_update
-        + cpu_wall_ms(
-            scheduler_cpu_ms_per_message * round_messages, functions.memory_mb["scheduler"], a
+    for cap in sorted({100, normal.max_concurrency} - {normal.max_concurrency}):
+        other = replace(
+            deployment,
+            sources={**deployment.sources, "normal": replace(normal, max_concurrency=cap)},
         )
-    )
-    usable_s = functions.timeout_s["scheduler"] - 10
-    duty = min(1.0, usable_s / tick_s)
-    run_rate = round_messages / (round_ms / 1000)
-    read_rate = shards * DDB_PARTITION_RCU * 8192 / item_bytes  # eventually consistent: 8 KB/RCU
-    fixed_rate = min(run_rate * duty, read_rate)
-    per_run = int(run_rate * usable_s)
-    runs = math.ceil(messages / per_run)
-    stages.append(
-        Stage(
-            "scheduler (checkpoints inside a second)",
-            fixed_rate,
-            messages / fixed_rate,
-            f"{round_ms:.0f} ms per round of {round_messages:,} ({shards} shards x {page_items} "
-            f"items): Query {a.ms_dynamodb_query:g} ms + {calls} SendMessageBatch "
-            f"({messages_per_send:.0f} messages each, bundles, measured) {send_workers} at a "
-            f"time x {a.ms_sqs_send_batch:g} ms + checkpoint {a.ms_dynamodb_update:g} ms; "
-            f"runs {usable_s} s of every {tick_s} s tick: {per_run:,} messages per run"
-            + (f"; capped by query reads ({read_rate:,.0f}/s)" if read_rate < run_rate else ""),
+        alt = simulate(other, costs, traffic, seed=seed)
+        notes.append(
+            f"with EmitterMaxConcurrency {cap}: drained {alt.drain_seconds_after_due:,.0f} s "
+            "after due"
         )
-    )
-    sched_s = messages / fixed_rate
-    late_from_scheduler = max(0.0, sched_s - lookahead_s)
-    notes.append(
-        f"the scheduler starts {lookahead_s} s before due and needs {sched_s:.0f} s "
-        f"({runs} runs), so messages reach SQS "
-        + ("before due" if late_from_scheduler == 0 else f"up to {late_from_scheduler:.0f} s late")
-    )
-
-    # 3. The emitter behind the SQS event source. Overdue messages are not held, and a full
-    # batch does not wait for the batching window.
-    batch = max(1, round(emitter_batch))
-    receives = math.ceil(batch / 10)
-    event_source_overhead_ms = receives * a.ms_sqs_receive + a.ms_lambda_invoke
-    emit_ms = (
-        cpu_wall_ms(emitter_cpu_ms_per_message * batch, functions.memory_mb["emitter"], a)
-        + math.ceil(batch / 100) * a.ms_dynamodb_batch_get
-        + a.ms_kafka_flush
-        + event_source_overhead_ms
-    )
-    cancel_cap = shards * DDB_PARTITION_RCU / 0.5  # cancel#<shard>: 0.5 RCU per key
-    start = steady_emitter_concurrency or functions.emitter_max_concurrency
-    results = {}
-    for cap in sorted(
-        {
-            functions.emitter_max_concurrency,
-            functions.emitter_max_concurrency_limit,
-            ESM_SQS_MAX_CONCURRENCY,
-        }
-    ):
-        results[cap] = emitter_drain_seconds(
-            messages,
-            per_invocation_ms=emit_ms,
-            batch=batch,
-            max_concurrency=cap,
-            start_concurrency=min(start, cap),
-            read_cap_per_second=cancel_cap,
+    scheduler_memory = deployment.memory_mb["scheduler"]
+    if scheduler.bound_by.startswith("its CPU") and scheduler_memory < LAMBDA_FULL_VCPU_MB:
+        faster = replace(
+            deployment, memory_mb={**deployment.memory_mb, "scheduler": LAMBDA_FULL_VCPU_MB}
         )
-    chosen = min(functions.emitter_max_concurrency_limit, ESM_SQS_MAX_CONCURRENCY)
-    drain_s, drain_rate = results[chosen]
-    stages.append(
-        Stage(
-            f"emitter, EmitterMaxConcurrency {chosen}",
-            drain_rate,
-            drain_s,
-            f"{emit_ms:.0f} ms per invocation of {batch} (CPU + BatchGetItem + flush + "
-            f"{event_source_overhead_ms:g} ms event source: {receives} receives + hand-over), "
-            f"+{ESM_SQS_SCALE_PER_MINUTE}/min "
-            f"scale-out from {min(start, chosen)}, cancel reads <= {cancel_cap:,.0f}/s",
+        alt = simulate(faster, costs, traffic, seed=seed)
+        notes.append(
+            f"with the scheduler's MemorySize at {LAMBDA_FULL_VCPU_MB:,} MB (one vCPU, not "
+            f"{scheduler_memory:,}): the last of the burst sent at "
+            f"{alt.stage('scheduler').finished_s:,.0f} s, drained "
+            f"{alt.drain_seconds_after_due:,.1f} s after due"
         )
-    )
-    for cap, (seconds, rate) in results.items():
-        if cap != chosen:
-            notes.append(
-                f"with EmitterMaxConcurrency {cap}: {seconds:,.0f} s ({rate:,.0f} messages/s)"
-            )
-    # Steady state at 100 M/day: the emitter holds each batch ~lead + 1 s.
     return BurstModel(
         messages=messages,
-        shards=shards,
-        delay_topic_partitions=delay_topic_partitions,
-        emitter_max_concurrency=chosen,
-        stages=stages,
-        drain_seconds_after_due=round(late_from_scheduler + drain_s, 1),
-        drain_messages_per_second=round(drain_rate),
-        scheduler_runs=runs,
-        scheduler_messages_per_run=per_run,
+        shards=deployment.shards,
+        delay_topic_partitions=deployment.delay_topic_partitions,
+        emitter_max_concurrency=normal.ceiling,
+        stages=_stages(run),
+        drain_seconds_after_due=None if drain is None else round(drain, 1),
+        drain_messages_per_second=round(messages / drain) if drain else 0,
+        lateness_after_due_ms=run.lateness_after_due[BURST].summary(),
+        scheduler_runs=run.scheduler_runs,
+        scheduler_messages_per_run=messages // max(1, run.scheduler_runs),
         notes=notes,
         inputs={
+            "seed": seed,
             "item_bytes": item_bytes,
             "wru_per_item": wru_per_item,
-            "ingest_cpu_ms_per_batch": ingest_cpu_ms_per_batch,
-            "emitter_cpu_ms_per_message": emitter_cpu_ms_per_message,
-            "emitter_batch": batch,
-            "scheduler_cpu_ms_per_message": scheduler_cpu_ms_per_message,
-            "lead_ms": lead_ms,
-            "latencies_ms": {k: v for k, v in asdict(a).items() if k.startswith("ms_")},
-            "limits": {
-                "dynamodb_partition_wcu": DDB_PARTITION_WCU,
-                "dynamodb_partition_rcu": DDB_PARTITION_RCU,
-                "sqs_event_source_max_concurrency": ESM_SQS_MAX_CONCURRENCY,
-                "sqs_event_source_scale_per_minute": ESM_SQS_SCALE_PER_MINUTE,
-            },
+            "value_bytes": value_bytes,
+            "costs": asdict(costs),
+            "deployment": {
+                k: v for k, v in asdict(deployment).items() if k not in ("sources", "memory_mb")
+            }
+            | {"memory_mb": dict(deployment.memory_mb)},
+            "event_sources": {p: asdict(s) for p, s in deployment.sources.items()},
+            "limits": scale_limits(),
         },
     )
+
+
+def scale_limits() -> dict[str, int]:
+    """The documented limits the scale model applies (``sim.scale``)."""
+    return {
+        "dynamodb_partition_wcu": DDB_PARTITION_WCU,
+        "dynamodb_partition_rcu": DDB_PARTITION_RCU,
+        "dynamodb_new_on_demand_table_wru": DDB_NEW_ON_DEMAND_TABLE_WRU,
+        "sqs_standard_start_concurrency": SQS_STANDARD_START_CONCURRENCY,
+        "sqs_standard_scale_per_minute": SQS_STANDARD_SCALE_PER_MINUTE,
+        "sqs_standard_max_concurrency": SQS_STANDARD_MAX_CONCURRENCY,
+        "sqs_provisioned_scale_per_minute": SQS_PROVISIONED_SCALE_PER_MINUTE,
+        "sqs_provisioned_max_concurrency": SQS_PROVISIONED_MAX_CONCURRENCY,
+        "sqs_provisioned_min_pollers_max": SQS_PROVISIONED_MIN_POLLERS_MAX,
+        "sqs_poller_invocations": SQS_POLLER_INVOCATIONS,
+        "sqs_poller_bytes_per_second": SQS_POLLER_BYTES_PER_SECOND,
+        "lambda_default_account_concurrency": LAMBDA_DEFAULT_ACCOUNT_CONCURRENCY,
+        "lambda_full_vcpu_mb": LAMBDA_FULL_VCPU_MB,
+        "kafka_invocations_per_partition": KAFKA_INVOCATIONS_PER_PARTITION,
+    }
 
 
 def steady_emitter_concurrency(per_second: float, hold_ms: float, batch: float) -> int:

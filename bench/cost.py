@@ -19,6 +19,7 @@ from bench.reference_mix import DAY_SECONDS, REFERENCE_MIX, VALUE_BYTES, Workloa
 from bench.template import FunctionConfig, deployed
 from delayq import buckets
 from delayq.store import message_item
+from sim.scale import DDB_MISSING_KEY_RRU, vcpu_share
 from testkit.aws import item_size, write_units
 from testkit.clock import NOW_MS
 from testkit.payload import random_bytes
@@ -101,12 +102,11 @@ def price(name: str) -> float:
 
 # --- assumptions ---------------------------------------------------------------------------
 
-LAMBDA_FULL_VCPU_MB: Final = 1769  # Lambda allocates CPU in proportion to memory: 1 vCPU here
 SQS_RECEIVE_MAX: Final = 10
 # A strongly consistent read of a key that is not there (a cancel marker that does not exist):
 # the emitter checks every message, strongly consistent so that a cancel written before the
 # check is seen (an eventually consistent read would cost half).
-MISSING_KEY_RRU: Final = 1.0
+MISSING_KEY_RRU: Final = DDB_MISSING_KEY_RRU
 SCHEDULER_SAFETY_S: Final = 10  # functions/scheduler/app.py: Deadline(safety_ms=10_000)
 
 
@@ -158,8 +158,7 @@ def gb_second_price(fc: FunctionConfig) -> float:
 def cpu_wall_ms(cpu_ms: float, memory_mb: int, assumptions: Assumptions) -> float:
     """Wall time a CPU-bound stretch takes in a function of ``memory_mb`` (a fraction of a
     vCPU below 1,769 MB)."""
-    share = min(1.0, memory_mb / LAMBDA_FULL_VCPU_MB)
-    return cpu_ms / assumptions.arm_speed_vs_bench_core / share
+    return cpu_ms / assumptions.arm_speed_vs_bench_core / vcpu_share(memory_mb)
 
 
 # --- measured inputs -----------------------------------------------------------------------

@@ -69,9 +69,9 @@ def suggested_memory_mb(peak_mb: float, allowance_mb: int = RUNTIME_ALLOWANCE_MB
 
 def measure_emitter_memory(batches: int = 100) -> MemoryFigure:
     """Run the child against a mock Kafka cluster; ``batches`` of the template's BatchSize."""
-    from bench.cost import LAMBDA_FULL_VCPU_MB  # noqa: PLC0415 -- keeps the child's imports light
     from bench.template import deployed  # noqa: PLC0415
     from delayq_local.kafka_mock import MockKafkaCluster  # noqa: PLC0415 -- optional dependency
+    from sim.scale import LAMBDA_FULL_VCPU_MB  # noqa: PLC0415 -- keeps the child's imports light
 
     fc = deployed()
     with MockKafkaCluster() as cluster:

@@ -132,7 +132,7 @@ def summary_rows(doc: Mapping[str, Any]) -> list[tuple[str, str, str, str, str]]
                 f"({model['scheduler_runs']} scheduler runs)",
                 "",
                 "",
-                "model from measured per-invocation cost + AWS limits",
+                model.get("source", "model"),
             )
         )
     rows += _fairness_rows(doc.get("fairness") or {})
@@ -412,7 +412,7 @@ def _fairness_rows(fairness: Mapping[str, Any]) -> list[tuple[str, str, str, str
                     _fmt(goal["figure_ms"], 0),
                     f"<= {_fmt(goal['goal_ms'], 0)}",
                     _verdict(goal["met"]),
-                    f"model; bound by {goal['bound_by']}{lifted}",
+                    f"simulated at AWS scale; bound by {goal['bound_by']}{lifted}",
                 )
             )
     return rows

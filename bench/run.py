@@ -15,7 +15,13 @@ from bench import cost as cost_mod
 from bench import cpu as cpu_mod
 from bench import items as items_mod
 from bench import memory as memory_mod
-from bench.burst import scale_out_model, scheduler_probe, steady_emitter_concurrency
+from bench.burst import (
+    scale_costs,
+    scale_deployment,
+    scale_out_model,
+    scheduler_probe,
+    steady_emitter_concurrency,
+)
 from bench.fairness import FairnessOptions, aws_scale_model
 from bench.fairness import measure_local as measure_fairness
 from bench.handlers import measure_handlers
@@ -140,28 +146,27 @@ def run(options: Options, out: TextIO = sys.stderr) -> dict[str, Any]:
     probe = scheduler_probe(options.probe_messages, send_latency_ms=options.probe_send_latency_ms)
     a = model.assumptions
     batch = cost_mod.measured_emitter_batch(measured, workload, model.functions, a)
-    long_sends = float(measured.long["by_operation"].get("sqs.SendMessageBatch", 0.0))
     hold = cost_mod.emitter_hold_ms(
         settings.emit_lead_ms, batch, settings.max_hold_ms, a.ms_poll_latency
     )
     steady_conc = steady_emitter_concurrency(workload.per_second, hold, batch)
+    costs = scale_costs(
+        ingest_cpu_ms_per_batch=measured.ingest_cpu_ms_per_batch,
+        scheduler_cpu_ms_per_message=scheduler_cpu_ms_per_second / workload.long_per_second,
+        emitter_cpu_ms_per_message=measured.emitter_cpu_ms_per_batch / measured.emitter_batch,
+        assumptions=a,
+    )
+    deployment = scale_deployment(
+        settings,
+        model.functions,
+        steady_emitter_concurrency=min(steady_conc, model.functions.emitter_max_concurrency),
+    )
     burst_model = scale_out_model(
         messages=10_000_000,
-        shards=settings.shards,
-        wru_per_item=write_units(item_bytes),
+        deployment=deployment,
+        costs=costs,
         item_bytes=item_bytes,
-        ingest_cpu_ms_per_batch=measured.ingest_cpu_ms_per_batch,
-        emitter_cpu_ms_per_message=measured.emitter_cpu_ms_per_batch / measured.emitter_batch,
-        emitter_batch=batch,
-        scheduler_cpu_ms_per_message=scheduler_cpu_ms_per_second / workload.long_per_second,
-        functions=model.functions,
-        assumptions=a,
-        messages_per_send=1 / long_sends if long_sends else 10.0,
-        lookahead_s=settings.lookahead_seconds,
-        lead_ms=settings.emit_lead_ms,
-        page_items=settings.scheduler_page_items,
-        tick_s=settings.tick_seconds,
-        steady_emitter_concurrency=min(steady_conc, model.functions.emitter_max_concurrency),
+        wru_per_item=write_units(item_bytes),
     )
     burst_model.notes.append(
         f"steady state at {workload.per_second:,.0f} messages/s needs ~{steady_conc} concurrent "
@@ -190,7 +195,16 @@ def run(options: Options, out: TextIO = sys.stderr) -> dict[str, Any]:
             log.warning("local stack measurements skipped: %s", local_error)
             out.write(f"   skipped: {local_error}\n")
 
-    fairness = _fairness(options, out, local, burst_model.drain_seconds_after_due, measured, model)
+    fairness = _fairness(
+        options,
+        out,
+        scale_inputs={
+            "deployment": deployment,
+            "costs": costs,
+            "item_bytes": item_bytes,
+            "wru_per_item": write_units(item_bytes),
+        },
+    )
 
     doc = assemble(
         options=options,
@@ -212,28 +226,12 @@ def run(options: Options, out: TextIO = sys.stderr) -> dict[str, Any]:
     return doc
 
 
-def _fairness(  # noqa: PLR0917 -- one call site, every input named there
-    options: Options,
-    out: TextIO,
-    local: dict[str, Any] | None,
-    standard_drain_seconds: float,
-    measured: cost_mod.MeasuredInputs,
-    model: Any,
-) -> dict[str, Any]:
-    """Bystander and burst lateness: measured on the local stack, modelled at AWS scale."""
-    settings = bench_settings()
-    steady = ((local or {}).get("lateness") or {}).get("p99")
-    aws = aws_scale_model(
-        messages=10_000_000,
-        value_bytes=1024,
-        emitter_cpu_ms_per_message=measured.emitter_cpu_ms_per_batch / measured.emitter_batch,
-        emitter_memory_mb=model.functions.memory_mb["emitter"],
-        bundle_messages=settings.bundle_max_messages,
-        bundle_bytes=settings.bundle_max_bytes,
-        emit_lead_ms=settings.emit_lead_ms,
-        steady_p99_ms=float(steady) if steady is not None else None,
-        standard_drain_seconds=standard_drain_seconds,
-    )
+def _fairness(options: Options, out: TextIO, scale_inputs: dict[str, Any]) -> dict[str, Any]:
+    """Bystander and burst lateness: simulated at AWS scale (the same deployment and costs as
+    the burst model), measured on the local stack."""
+    t = _step(out, "fairness at AWS scale (the scale model, before / after the tenant features)")
+    aws = aws_scale_model(messages=10_000_000, **scale_inputs)
+    out.write(f"   ({time.monotonic() - t:.0f} s)\n")
     result: dict[str, Any] = {"aws_scale": aws, "local": None, "local_error": ""}
     if options.fairness.enabled == "no":
         return result

@@ -48,6 +48,10 @@ class FunctionConfig:
     architecture: str = "arm64"
     emitter_max_concurrency: int = 100
     emitter_max_concurrency_limit: int = 1000
+    # The high- and low-priority queues' event sources (EmitterHigh/LowMaxConcurrency).
+    emitter_priority_max_concurrency: Mapping[str, int] = field(
+        default_factory=lambda: {"high": 50, "low": 20}
+    )
     emitter_batch_size: int = 10
     emitter_batching_window_s: float = 0.0
     source: str = "defaults (template.yaml not readable)"
@@ -84,12 +88,21 @@ class FunctionConfig:
                 batch = int(props.get("BatchSize", 10))
                 window = float(props.get("MaximumBatchingWindowInSeconds", 0))
         param = template.parameters.get("EmitterMaxConcurrency") or {}
+        priority = {
+            name: int(
+                (template.parameters.get(f"Emitter{name.title()}MaxConcurrency") or {}).get(
+                    "Default", default
+                )
+            )
+            for name, default in defaults.emitter_priority_max_concurrency.items()
+        }
         return cls(
             memory_mb=memory,
             timeout_s=timeout,
             architecture=arch,
             emitter_max_concurrency=int(param.get("Default", 100)),
             emitter_max_concurrency_limit=int(param.get("MaxValue", 1000)),
+            emitter_priority_max_concurrency=priority,
             emitter_batch_size=batch,
             emitter_batching_window_s=window,
             source=path.name,
