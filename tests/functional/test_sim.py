@@ -266,7 +266,7 @@ def _stream_run(
         pipeline.ttl.stream.append(StreamRecord(n, {"eventID": str(n)}))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(TtlCleanup, "handle", handle)
-        pipeline.poll_stream()
+        pipeline.stream.poll()
         world.run_until(NOW_MS + 120_000)
     world.stop()
     return pipeline, seen
@@ -279,7 +279,7 @@ def test_the_stream_source_resumes_from_the_first_failed_record() -> None:
         lambda sequence, call: RuntimeError("once") if (sequence, call) == (3, 2) else None
     )
     assert seen == [1, 2, 3, 4, 5, 6, 7, 8, 3, 4, 5, 6, 7, 8]
-    assert pipeline.cleanup_failures == []
+    assert pipeline.stream.failures == []
 
 
 def test_a_failed_invocation_halves_its_batch_and_a_poison_record_goes_to_the_destination() -> None:
@@ -289,7 +289,7 @@ def test_a_failed_invocation_halves_its_batch_and_a_poison_record_goes_to_the_de
     pipeline, seen = _stream_run(lambda sequence, _: Crash("dies") if sequence == 5 else None)
     assert seen[:10] == [1, 2, 3, 4, 5, 1, 2, 3, 4, 5]
     assert seen[-3:] == [6, 7, 8]
-    assert [r["eventID"] for r in pipeline.cleanup_failures] == ["5"]
+    assert [r["eventID"] for r in pipeline.stream.failures] == ["5"]
 
 
 def test_a_throttled_invocation_never_runs_and_its_source_retries() -> None:
@@ -297,7 +297,7 @@ def test_a_throttled_invocation_never_runs_and_its_source_retries() -> None:
     pipeline = Pipeline(world, dataclasses.replace(Knobs.calm(), lambda_throttled=1.0))
     ran: list[str] = []
     settled: list[bool] = []
-    pipeline._invoke("emitter", lambda _cn, _inv: ran.append("ran"), settled.append)
+    pipeline.functions.invoke("emitter", lambda _cn, _inv: ran.append("ran"), settled.append)
     world.run_until(NOW_MS + 1)
     assert ran == []
     assert settled == [False]
