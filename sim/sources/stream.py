@@ -1,61 +1,107 @@
-"""DynamoDB stream -> cleanup: in order, at least once; a failed record is retried with the
-rest of the batch after it, up to ``MaximumRetryAttempts``, then the batch goes to the
-on-failure destination."""
+"""DynamoDB stream -> cleanup: at least once; a failed record is retried with the rest of its
+batch after it, up to ``MaximumRetryAttempts``, then the batch goes to the on-failure
+destination.
+
+With a ``ParallelizationFactor`` above 1, Lambda processes that many batches of one shard at
+once and keeps the records of one key in order. Modelled as lanes: each item key belongs to
+one lane (a stable hash of it), each lane is read as a shard is with a factor of 1 (one
+batch at a time, in order, its own retries and bisection), and the lanes run concurrently. A
+key's later record thus waits while an earlier one is in flight or failed and retried, while
+other keys' records go on. Lanes go by the item's whole key (partition and sort key): every
+record of one item keeps its order, and where AWS orders by the partition key alone it lets
+fewer records overtake each other than this model does, never more.
+"""
 
 from __future__ import annotations
 
+import zlib
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final
 
 from delayq.cleanup import CleanupServices, TtlCleanup
-from sim.aws import Ttl
+from sim.aws import StreamRecord, Ttl
 from sim.functions import Container, Functions
 from sim.world import Invocation, World
 
 # The cleanup function's stream event source (template.yaml): BatchSize, the batching window,
-# MaximumRetryAttempts; a failed invocation halves the batch it retries
+# ParallelizationFactor, MaximumRetryAttempts; a failed invocation halves the batch it retries
 # (BisectBatchOnFunctionError); a partial batch response resumes from the first failed record.
 STREAM_BATCH: Final = 500
 STREAM_WINDOW_MS: Final = 5000
+STREAM_PARALLELIZATION: Final = 2
 STREAM_RETRIES: Final = 10
 STREAM_RETRY_MS: Final = 1000
 
 
+def lane_of(record: StreamRecord) -> int:
+    """The lane of a record's item key: the same for every record of one item, in every run
+    (``hash()`` of a string changes with the process)."""
+    keys = record.raw["dynamodb"]["Keys"]
+    item = f"{keys['pk']['S']}\x00{keys['sk']['S']}"
+    return zlib.crc32(item.encode()) % STREAM_PARALLELIZATION
+
+
+@dataclass
+class _Lane:
+    """The records of the item keys that hash to one lane, and the event source's position,
+    batch size and attempts in them."""
+
+    number: int
+    records: list[StreamRecord] = field(default_factory=list)
+    position: int = 0
+    busy: bool = False
+    polling: bool = False
+    attempts: int = 0
+    batch: int = STREAM_BATCH  # halved after a failed invocation
+
+
 class StreamSource:
-    """The event source's position in the TTL stream, and ``failures``: the records it gave
-    up on (its on-failure destination)."""
+    """The event source's lanes over the TTL stream, and ``failures``: the records it gave up
+    on (its on-failure destination)."""
 
     def __init__(self, world: World, ttl: Ttl, functions: Functions) -> None:
         self.world = world
         self.ttl = ttl
         self.functions = functions
         self.failures: list[dict[str, Any]] = []
-        self._position = 0
-        self._busy = False
-        self._polling = False
-        self._attempts = 0
-        self._batch = STREAM_BATCH  # halved after a failed invocation
+        self._lanes = [_Lane(n) for n in range(STREAM_PARALLELIZATION)]
+        self._routed = 0  # the stream's records given to a lane so far
 
     def start(self) -> None:
         """Look at the stream a batching window after each TTL sweep that added records."""
-        self.ttl.on_records = lambda: self._wake(STREAM_WINDOW_MS)
-
-    def _wake(self, after_ms: int) -> None:
-        """Look at the stream ``after_ms`` from now, unless a look or a batch is under way."""
-        if self._busy or self._polling:
-            return
-        if self._position >= len(self.ttl.stream):
-            return
-        self._polling = True
-        self.world.at(self.world.now_ms + after_ms, self.poll)
+        self.ttl.on_records = self._records_added
 
     def poll(self) -> None:
-        """Invoke cleanup with the next batch from the event source's position."""
-        self._polling = False
-        if self._busy or self._position >= len(self.ttl.stream):
+        """Invoke cleanup with the next batch of every lane that is not busy."""
+        self._route()
+        for lane in self._lanes:
+            self._poll(lane)
+
+    def _records_added(self) -> None:
+        self._route()
+        for lane in self._lanes:
+            self._wake(lane, STREAM_WINDOW_MS)
+
+    def _route(self) -> None:
+        for record in self.ttl.stream[self._routed :]:
+            self._lanes[lane_of(record)].records.append(record)
+        self._routed = len(self.ttl.stream)
+
+    def _wake(self, lane: _Lane, after_ms: int) -> None:
+        """Look at a lane ``after_ms`` from now, unless a look or a batch is under way."""
+        if lane.busy or lane.polling or lane.position >= len(lane.records):
             return
-        start = self._position
-        batch = self.ttl.stream[start : start + self._batch]
-        self._busy = True
+        lane.polling = True
+        self.world.at(self.world.now_ms + after_ms, partial(self._poll, lane))
+
+    def _poll(self, lane: _Lane) -> None:
+        lane.polling = False
+        if lane.busy or lane.position >= len(lane.records):
+            return
+        start = lane.position
+        batch = lane.records[start : start + lane.batch]
+        lane.busy = True
         failed: list[int] = []
 
         def body(cn: Container, invocation: Invocation) -> None:
@@ -73,25 +119,25 @@ class StreamSource:
                     failed.append(index)
 
         def done(ok: bool) -> None:
-            self._busy = False
+            lane.busy = False
             if ok and not failed:
-                self._position = start + len(batch)
-                self._attempts = 0
-                self._batch = STREAM_BATCH
-                self._wake(0)
+                lane.position = start + len(batch)
+                lane.attempts = 0
+                lane.batch = STREAM_BATCH
+                self._wake(lane, 0)
                 return
             if ok:  # a partial batch response: the source resumes from the first failure
-                self._position = start + failed[0]
+                lane.position = start + failed[0]
             else:  # the invocation failed: its batch is split for the retry
-                self._batch = max(1, len(batch) // 2)
-            self._attempts += 1
-            if self._attempts > STREAM_RETRIES:
-                rest = self.ttl.stream[self._position : start + len(batch)]
+                lane.batch = max(1, len(batch) // 2)
+            lane.attempts += 1
+            if lane.attempts > STREAM_RETRIES:
+                rest = lane.records[lane.position : start + len(batch)]
                 self.failures.extend(r.raw for r in rest)
                 self.world.faults["stream-on-failure"] += len(rest)
-                self._position = start + len(batch)
-                self._attempts = 0
-                self._batch = STREAM_BATCH
-            self._wake(STREAM_RETRY_MS)
+                lane.position = start + len(batch)
+                lane.attempts = 0
+                lane.batch = STREAM_BATCH
+            self._wake(lane, STREAM_RETRY_MS)
 
         self.functions.invoke("cleanup", body, done)
