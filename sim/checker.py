@@ -44,7 +44,8 @@ from delayq.pending import counts_of, period_of
 from delayq.records import DelayRequest
 from delayq.store import request_from_item
 from sim.aws import Produced
-from sim.pipeline import TIMEOUT_S, Pipeline
+from sim.functions import TIMEOUT_S
+from sim.pipeline import Pipeline
 from sim.workload import Intent, Workload
 
 # A cancel or reschedule acknowledged this long before due always wins (README: the
@@ -111,7 +112,7 @@ class Checker:
         self.p = pipeline
         self.workload = workload
         self.hold_ms = pipeline.settings.max_hold_ms
-        acked = {(a.record["partition"], a.record["offset"]): a.at_ms for a in pipeline.acked}
+        acked = {(a.record["partition"], a.record["offset"]): a.at_ms for a in pipeline.kafka.acked}
         self.ack_ms = {id(i): acked.get((i.partition, i.offset)) for i in workload.intents}
         self.deliveries: dict[tuple[str, int], list[Produced]] = defaultdict(list)
         for produced in pipeline.cluster.log:
@@ -139,7 +140,7 @@ class Checker:
                 if entry.request is not None:
                     reason = (dead_letter_of(entry.text) or {}).get("reason", "max-receives")
                     copies.append((entry.request, str(reason)))
-        for record in self.p.cleanup_failures:
+        for record in self.p.stream.failures:
             copies.append((request_from_item(record["dynamodb"]["OldImage"]), "cleanup-failed"))
         for request, reason in copies:
             key = (request.delay_id, request.due_ms)
@@ -330,7 +331,7 @@ class Checker:
         second = message.due_ms // 1000
         passed = [
             run.ended_ms
-            for run in self.p.scheduler_runs
+            for run in self.p.ticks.runs
             if run.started_ms >= ack and run.watermark >= second
         ]
         if not passed:
@@ -339,7 +340,7 @@ class Checker:
         deadline_ms = max(message.due_ms, released_ms) + RELEASE_SLACK_MS
         if first_ms <= deadline_ms:
             return
-        stalls = [(since, until) for _, since, until in self.p.ingest_stalls]
+        stalls = [(since, until) for _, since, until in self.p.kafka.stalls]
         for start, end in [*self.p.cluster.outages, *stalls]:
             if start <= first_ms and end + OUTAGE_RECOVERY_MS >= released_ms - horizon_ms:
                 return  # the target (or a partition) was down meanwhile
@@ -352,8 +353,8 @@ class Checker:
         """Due while the scheduler, the target or an ingest partition was stalled, or while
         they caught up."""
         horizon_ms = self.p.settings.horizon_seconds * 1000
-        stalls = [(since, until) for _, since, until in self.p.ingest_stalls]
-        outages = [self.p.scheduler_down, *self.p.cluster.outages, *stalls]
+        stalls = [(since, until) for _, since, until in self.p.kafka.stalls]
+        outages = [self.p.ticks.down, *self.p.cluster.outages, *stalls]
         return any(
             start - horizon_ms <= due_ms <= end + OUTAGE_RECOVERY_MS
             for start, end in outages

@@ -10,7 +10,7 @@ Each knob is a documented behaviour of the service, at a rate a campaign can tur
 - batch calls: some entries not done (DynamoDB ``UnprocessedItems`` / ``UnprocessedKeys``,
   SQS ``Failed[]``), the others done;
 - the rest (eventual consistency, TTL lag, at-least-once streams and queues, late ticks,
-  Kafka outages) live with the service they belong to (:mod:`sim.aws`, :mod:`sim.pipeline`).
+  Kafka outages) live with the service they belong to (:mod:`sim.aws`, :mod:`sim.sources`).
 """
 
 from __future__ import annotations

@@ -1,52 +1,33 @@
-"""The whole pipeline on the simulated world: the real layer services (ingest, timer,
-scheduler, emitter, cleanup) behind models of the Lambda event sources that invoke them.
-
-Event sources, as AWS documents them:
-
-- Kafka (ingest): per partition, one batch at a time, in order; a batch whose invocation
-  fails or dies is retried whole (its records are acknowledged only when it succeeds).
-- EventBridge (timer): one event per period, late within the period, sometimes missed or
-  twice; a failed asynchronous invocation is retried twice.
-- SQS FIFO (scheduler): one tick at a time; a failed tick comes back after the visibility
-  timeout, and goes to the dead-letter queue after ``maxReceiveCount`` receives.
-- SQS standard (emitter): batches of up to 100 after a batching window, several invocations at
-  once, partial batch responses; a crashed batch comes back after the visibility timeout; a
-  message received more than ``maxReceiveCount`` times moves to the dead-letter queue; a
-  deleted message may come again (at-least-once).
-- DynamoDB stream (cleanup): in order, at least once; a failed record is retried with the
-  rest of the batch after it, up to ``MaximumRetryAttempts``, then the batch goes to the
-  on-failure destination.
-
-Each function runs in containers (one per concurrent invocation, reused), each with its own
-clients, producer and clock skew, like Lambda's execution environments.
+"""The whole pipeline on the simulated world: the AWS resources, the real layer services
+(ingest, timer, scheduler, emitter, cleanup) in Lambda's execution environments
+(:mod:`sim.functions`), and the event sources that invoke them (:mod:`sim.sources`): Kafka
+(ingest), EventBridge and the tick queue (timer, scheduler), the delay queue (emitter), the
+table's stream (cleanup).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Final
 
-from delayq.cleanup import CleanupServices, TtlCleanup
-from delayq.direct import DirectServices
-from delayq.emitter import EmitterServices, emit_batch, messages_from_event
-from delayq.ingest import IngestServices, ingest_batch
 from delayq.kafka import KafkaDelivery
 from delayq.payloads import PayloadStore
 from delayq.pending import PendingCounts
 from delayq.queues import DelayQueue, RejectQueue, SqsQueue, TickQueue
 from delayq.retry import Backoff
-from delayq.scheduler import fire_timer, run_scheduler
 from delayq.settings import Settings
 from delayq.stats import DeliveryStats
-from delayq.store import MessageStore
 from sim.aws import ReplicatedDynamoDB, SimProducer, TargetCluster, Ttl
 from sim.faults import DriftingClock, Faulty, Knobs, RetryLedger
+from sim.functions import Container, Functions
 from sim.iam import Roles, roles
-from sim.workload import PARTITIONS
-from sim.world import Crash, Invocation, World
+from sim.sources.delay_queue import DelayQueueSource
+from sim.sources.kafka import KafkaSource
+from sim.sources.sqs import QueuePoller
+from sim.sources.stream import StreamSource
+from sim.sources.ticks import Ticks
+from sim.world import World
 from testkit.aws import (
     FakeS3,
     FakeSqs,
@@ -56,31 +37,10 @@ from testkit.aws import (
     as_sqs_client,
 )
 from testkit.clock import SerialExecutor
-from testkit.events import kafka_event, queue_arn, sqs_record
 from testkit.services import message_store
 
 DELAY_TOPIC: Final = "delay-requests"
 ALLOWED: Final = ("orders.*", "reminders")
-
-# From template.yaml (timeouts, batch sizes, visibility timeouts, receive counts, retries).
-TIMEOUT_S: Final = {"ingest": 60, "timer": 10, "scheduler": 60, "emitter": 30, "cleanup": 60}
-INGEST_BATCH: Final = 100
-INGEST_WINDOW_MS: Final = 500
-EMITTER_BATCH: Final = 100
-EMITTER_WINDOW_MS: Final = 1000
-EMITTER_CONCURRENCY: Final = 5
-DELAY_VISIBILITY_S: Final = 180
-DELAY_MAX_RECEIVES: Final = 10
-TICK_VISIBILITY_S: Final = 360
-TICK_MAX_RECEIVES: Final = 5
-TIMER_RETRIES: Final = 2
-# The cleanup function's stream event source (template.yaml): BatchSize, the batching window,
-# MaximumRetryAttempts; a failed invocation halves the batch it retries
-# (BisectBatchOnFunctionError); a partial batch response resumes from the first failed record.
-STREAM_BATCH: Final = 500
-STREAM_WINDOW_MS: Final = 5000
-STREAM_RETRIES: Final = 10
-STREAM_RETRY_MS: Final = 1000
 
 
 def sim_settings(roles: Roles, **overrides: Any) -> Settings:
@@ -105,65 +65,6 @@ def sim_settings(roles: Roles, **overrides: Any) -> Settings:
     return Settings(**values)
 
 
-@dataclass
-class Acked:
-    """A delay-topic record whose batch ingest acknowledged (its offset committed)."""
-
-    record: dict[str, Any]
-    at_ms: int
-
-
-@dataclass
-class Partition:
-    """One partition of the delay topic and the event source's position in it."""
-
-    number: int
-    records: list[dict[str, Any]] = field(default_factory=list)
-    committed: int = 0
-    busy: bool = False
-    polling: bool = False
-
-
-class _Containers:
-    """A function's execution environments: one per concurrent invocation, reused."""
-
-    def __init__(self, build: Callable[[], Any]) -> None:
-        self._build = build
-        self._idle: list[Any] = []
-
-    def take(self) -> Any:
-        return self._idle.pop() if self._idle else self._build()
-
-    def give_back(self, container: Any) -> None:
-        self._idle.append(container)
-
-
-@dataclass
-class _Container:
-    """One execution environment: clients (faulty), adapters, a producer, a skewed clock."""
-
-    clock: Callable[[], int]
-    store: MessageStore
-    payloads: PayloadStore
-    delay_queue: DelayQueue
-    dead_letters: DelayQueue
-    rejects: RejectQueue
-    tick_queue: TickQueue
-    delivery: KafkaDelivery
-    stats: DeliveryStats
-    pending: PendingCounts
-
-
-@dataclass(frozen=True)
-class SchedulerRun:
-    """A scheduler run that returned: when it started and ended, and the last due-second it
-    had released (its watermark) when it ended."""
-
-    started_ms: int
-    ended_ms: int
-    watermark: int
-
-
 class Pipeline:
     """The world, the AWS resources, the five functions and their event sources."""
 
@@ -184,28 +85,20 @@ class Pipeline:
         self.s3.create_bucket(Bucket=s.payload_bucket)
         self.ttl = Ttl(world, knobs, self.dynamodb, s.table_name)
         self.cluster = TargetCluster()
-        self.partitions = [Partition(n) for n in range(PARTITIONS)]
-        self.acked: list[Acked] = []
-        self.cleanup_failures: list[dict[str, Any]] = []  # the stream's on-failure destination
-        self.scheduler_down: tuple[int, int] = (0, 0)
-        self.ingest_stalls: list[tuple[int, int, int]] = []  # (partition, from, until)
-        self.scheduler_runs: list[SchedulerRun] = []  # the runs that returned
         self.retries = RetryLedger()  # transient errors the invocations have not retried yet
         self.ingest_behind_ms = 0
-        self.invocations: dict[str, int] = dict.fromkeys(TIMEOUT_S, 0)
-        self._containers = {f: _Containers(partial(self._container, f)) for f in TIMEOUT_S}
-        self._emitters = 0
-        self._polls: dict[str, int] = {}  # queue URL -> when its event source looks next
-        self._ticking = False
-        self._stream_position = 0
-        self._stream_busy = False
-        self._stream_polling = False
-        self._stream_attempts = 0
-        self._stream_batch = STREAM_BATCH  # halved after a failed invocation
+        self.functions = Functions(world, knobs, self.retries, self._container)
+        self.kafka = KafkaSource(world, s, self.functions)
+        self.ticks = Ticks(world, knobs, s, self.functions, sqs=self.sqs, roles=self.roles)
+        self.delay_queue = DelayQueueSource(
+            world, knobs, s, self.functions, sqs=self.sqs, roles=self.roles
+        )
+        self.stream = StreamSource(world, self.ttl, self.functions)
+        self._pollers: dict[str, QueuePoller] = {
+            poller.url: poller for poller in (self.delay_queue, self.ticks)
+        }
 
-    # --- set-up ---------------------------------------------------------------------------
-
-    def _container(self, function: str) -> _Container:
+    def _container(self, function: str) -> Container:
         world, knobs, s = self.world, self.knobs, self.settings
         serial = SerialExecutor()
         backoff = Backoff(rng=world.rng, sleep=world.sleep)
@@ -223,7 +116,7 @@ class Pipeline:
         def queue(url: str) -> SqsQueue:
             return SqsQueue(as_sqs_client(sqs), url, backoff, executor=serial)
 
-        return _Container(
+        return Container(
             clock=clock,
             store=store,
             payloads=payloads,
@@ -238,358 +131,20 @@ class Pipeline:
 
     def start(self, until_ms: int) -> None:
         """Start the periodic sources: EventBridge's ticks until ``until_ms``, TTL sweeps."""
-        self.ttl.on_records = lambda: self._wake_stream(STREAM_WINDOW_MS)
+        self.stream.start()
         self.ttl.start()
-        period = self.settings.tick_seconds * 1000
-        first = (self.world.now_ms // period + 1) * period
-        for start in range(first, until_ms, period):
-            self._schedule_tick(start)
-
-    def _invoke(
-        self,
-        function: str,
-        body: Callable[[_Container, Invocation], None],
-        done: Callable[[bool], None],
-    ) -> None:
-        """Run ``body`` in a container of ``function``; ``done(ok)`` settles the event. Lambda
-        may throttle the invocation (no concurrency left): it never runs, and the event source
-        retries as it does after a failure."""
-        if self.world.chance(self.knobs.lambda_throttled, "lambda-throttled"):
-            self.world.note(f"{function} invocation throttled")
-            self.world.at(self.world.now_ms, lambda: done(False))
-            return
-        self.invocations[function] += 1
-        containers = self._containers[function]
-        container = containers.take()
-
-        def run(invocation: Invocation) -> None:
-            ok = alive = False
-            try:
-                body(container, invocation)
-                self.world.check_alive()
-                ok = alive = True
-            except Crash as e:
-                self.world.note(f"{function} #{invocation.number} died: {e}")
-            except Exception as e:  # noqa: BLE001 -- the invocation failed: the source retries
-                self.world.note(f"{function} #{invocation.number} failed: {type(e).__name__}: {e}")
-                alive = True
-            self.retries.ended(invocation, killed=not alive)
-            if alive:  # a dead process takes its container with it
-                containers.give_back(container)
-            done(ok)
-
-        self.world.invoke(function, TIMEOUT_S[function], run)
-
-    # --- Kafka -> ingest ------------------------------------------------------------------
-
-    def write(self, partition: int, record: dict[str, Any]) -> None:
-        """A producer writes a record to the delay topic (the broker assigns its offset)."""
-        p = self.partitions[partition]
-        p.records.append({**record, "partition": partition, "offset": len(p.records)})
-        self._poll_partition(p, INGEST_WINDOW_MS)
-
-    def _poll_partition(self, p: Partition, after_ms: int) -> None:
-        if p.busy or p.polling or p.committed >= len(p.records):
-            return
-        p.polling = True
-        self.world.at(self.world.now_ms + after_ms, lambda: self._ingest(p))
+        self.ticks.start(until_ms)
 
     @property
     def clock_offset_ms(self) -> int:
         """How far apart two functions' clocks may be in this run, beyond the normal skew."""
         return self.ingest_behind_ms
 
-    def _ingest(self, p: Partition) -> None:
-        p.polling = False
-        if p.busy or p.committed >= len(p.records):
-            return
-        now = self.world.now_ms
-        stalled = [
-            until
-            for n, since, until in self.ingest_stalls
-            if n == p.number and since <= now < until
-        ]
-        if stalled:
-            self.world.faults["ingest-stalled"] += 1
-            self._poll_partition(p, max(stalled) - now)
-            return
-        batch = p.records[p.committed : p.committed + INGEST_BATCH]
-        p.busy = True
-
-        def body(cn: _Container, invocation: Invocation) -> None:
-            services = IngestServices(
-                cn.store,
-                cn.delay_queue,
-                cn.rejects,
-                cn.payloads,
-                direct=DirectServices(cn.delivery, cn.stats),
-                pending=cn.pending,
-            )
-            ingest_batch(
-                kafka_event(*batch),
-                settings=self.settings,
-                services=services,
-                clock=cn.clock,
-                deadline=self.world.deadline(invocation),
-                sleep=self.world.sleep,
-            )
-
-        def done(ok: bool) -> None:
-            p.busy = False
-            if ok:
-                p.committed += len(batch)
-                self.acked.extend(Acked(r, self.world.now_ms) for r in batch)
-                self._poll_partition(p, 0)
-            else:
-                self._poll_partition(p, self.world.rng.randint(500, 3000))
-
-        self._invoke("ingest", body, done)
-
-    # --- EventBridge -> timer -> tick queue -> scheduler ----------------------------------
-
-    def _schedule_tick(self, period_start_ms: int) -> None:
-        world, knobs = self.world, self.knobs
-        if world.chance(knobs.tick_missed, "tick-missed"):
-            return
-        copies = 2 if world.chance(knobs.tick_duplicated, "tick-duplicated") else 1
-        for _ in range(copies):
-            late = world.rng.randint(0, knobs.tick_late_ms) if knobs.tick_late_ms else 0
-            world.at(period_start_ms + late, lambda: self._timer(TIMER_RETRIES))
-
-    def _timer(self, retries_left: int) -> None:
-        def body(cn: _Container, invocation: Invocation) -> None:
-            fire_timer(
-                tick_queue=cn.tick_queue,
-                settings=self.settings,
-                clock=cn.clock,
-                deadline=self.world.deadline(invocation),
-            )
-
-        def done(ok: bool) -> None:
-            if not ok and retries_left:
-                # Asynchronous invocation: retried after a minute, then two.
-                wait = 60_000 * (TIMER_RETRIES - retries_left + 1)
-                self.world.at(self.world.now_ms + wait, lambda: self._timer(retries_left - 1))
-
-        self._invoke("timer", body, done)
-
-    def _poll_ticks(self) -> None:
-        if self._ticking:
-            return
-        url = self.settings.tick_queue_url
-        if not self._poller_may("scheduler", "ReceiveMessage", url):
-            return
-        got = self.sqs.receive_message(
-            QueueUrl=url, MaxNumberOfMessages=1, VisibilityTimeout=TICK_VISIBILITY_S
-        )
-        messages = got.get("Messages", [])
-        if not messages:
-            self._wake(url, self._poll_ticks)
-            return
-        message = messages[0]
-        if int(message["Attributes"]["ApproximateReceiveCount"]) > TICK_MAX_RECEIVES:
-            self.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
-            self.world.faults["tick-dead-lettered"] += 1
-            self.world.at(self.world.now_ms, self._poll_ticks)
-            return
-        self._ticking = True
-
-        def body(cn: _Container, invocation: Invocation) -> None:
-            start, end = self.scheduler_down
-            if start <= self.world.now_ms < end:
-                self.world.faults["scheduler-down"] += 1
-                raise RuntimeError("the scheduler is down (outage knob)")
-            result = run_scheduler(
-                settings=self.settings,
-                store=cn.store,
-                delay_queue=cn.delay_queue,
-                clock=cn.clock,
-                deadline=self.world.deadline(invocation),
-            )
-            if result.watermark_after is not None:
-                run = SchedulerRun(invocation.started_ms, self.world.now_ms, result.watermark_after)
-                self.scheduler_runs.append(run)
-
-        def done(ok: bool) -> None:
-            self._ticking = False
-            if ok and self._poller_may("scheduler", "DeleteMessage", url):
-                self.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
-            self.world.at(self.world.now_ms, self._poll_ticks)
-
-        self._invoke("scheduler", body, done)
-
-    # --- delay queue -> emitter -----------------------------------------------------------
-
-    def _poller_may(self, function: str, operation: str, url: str) -> bool:
-        """Lambda's pollers call SQS with the function's execution role: IAM checks them too
-        (a refused poll leaves the messages where they are)."""
-        denial = self.roles.guard.check(function, "sqs", operation, {"QueueUrl": url})
-        if denial is not None:
-            self.world.faults["iam-denied"] += 1
-        return denial is None
-
     def _sent(self, url: str) -> None:
         """Something was sent to ``url``: its event source looks again when it is visible."""
-        if url == self.settings.delay_queue_url:
-            self._wake(url, self._poll_delay_queue, EMITTER_WINDOW_MS)
-        elif url == self.settings.tick_queue_url:
-            self._wake(url, self._poll_ticks)
-
-    def _wake(self, url: str, poll: Callable[[], None], window_ms: int = 0) -> None:
-        """The event source looks at ``url`` again when its next message becomes visible
-        (after a batching window): one pending look per queue, the earliest needed."""
-        visible = self.sqs.next_visible_ms(url)
-        if visible is None:
-            return
-        when = max(visible, self.world.now_ms) + (
-            self.world.rng.randint(0, window_ms) if window_ms else 0
-        )
-        pending = self._polls.get(url)
-        if pending is not None and pending <= when:
-            return
-        self._polls[url] = when
-        self.world.at(when, partial(self._looked, url, when, poll))
-
-    def _looked(self, url: str, when: int, poll: Callable[[], None]) -> None:
-        if self._polls.get(url) == when:
-            del self._polls[url]
-        poll()
-
-    def _poll_delay_queue(self) -> None:
-        url = self.settings.delay_queue_url
-        if self._emitters >= EMITTER_CONCURRENCY:
-            return  # a finishing invocation polls again
-        if not self._poller_may("emitter", "ReceiveMessage", url):
-            return
-        got: list[dict[str, Any]] = []
-        while len(got) < EMITTER_BATCH:
-            more = self.sqs.receive_message(
-                QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=DELAY_VISIBILITY_S
-            ).get("Messages", [])
-            if not more:
-                break
-            for m in more:
-                if int(m["Attributes"]["ApproximateReceiveCount"]) > DELAY_MAX_RECEIVES:
-                    # The queue's redrive policy: to the dead-letter queue, as it is.
-                    self.sqs.send_message(
-                        QueueUrl=self.settings.delay_dlq_url, MessageBody=m["Body"]
-                    )
-                    self.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
-                    self.world.faults["sqs-redrive-to-dlq"] += 1
-                else:
-                    got.append(m)
-        if not got:
-            self._wake(url, self._poll_delay_queue, EMITTER_WINDOW_MS)
-            return
-        self._emitters += 1
-        records = [
-            sqs_record(
-                message_id=m["MessageId"],
-                receipt_handle=m["ReceiptHandle"],
-                body=m["Body"],
-                source_arn=queue_arn(url),
-                receive_count=int(m["Attributes"]["ApproximateReceiveCount"]),
-                sent_ms=int(m["Attributes"]["SentTimestamp"]),
-            )
-            for m in got
-        ]
-        failed: set[str] = set()
-
-        def body(cn: _Container, invocation: Invocation) -> None:
-            services = EmitterServices(
-                delivery=cn.delivery,
-                store=cn.store,
-                delay_queue=cn.delay_queue,
-                dead_letters=cn.dead_letters,
-                rejects=cn.rejects,
-                payloads=cn.payloads,
-                stats=cn.stats,
-            )
-            result = emit_batch(
-                messages_from_event({"Records": records}),
-                settings=self.settings,
-                services=services,
-                clock=cn.clock,
-                sleep=self.world.sleep,
-                deadline=self.world.deadline(invocation),
-            )
-            failed.update(result.failed)
-
-        def done(ok: bool) -> None:
-            self._emitters -= 1
-            if ok and self._poller_may("emitter", "DeleteMessage", url):
-                for m in got:
-                    if m["MessageId"] in failed:
-                        continue
-                    self.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
-                    if self.world.chance(self.knobs.sqs_duplicate, "sqs-duplicate"):
-                        # The delete did not reach every copy: it comes back.
-                        self.sqs.send_message(
-                            QueueUrl=url, MessageBody=m["Body"], DelaySeconds=DELAY_VISIBILITY_S
-                        )
-            self.world.at(self.world.now_ms, self._poll_delay_queue)
-
-        self._invoke("emitter", body, done)
-        self.world.at(self.world.now_ms, self._poll_delay_queue)
-
-    # --- DynamoDB stream -> cleanup -------------------------------------------------------
-
-    def _wake_stream(self, after_ms: int) -> None:
-        """Look at the stream ``after_ms`` from now, unless a look or a batch is under way."""
-        if self._stream_busy or self._stream_polling:
-            return
-        if self._stream_position >= len(self.ttl.stream):
-            return
-        self._stream_polling = True
-        self.world.at(self.world.now_ms + after_ms, self.poll_stream)
-
-    def poll_stream(self) -> None:
-        """Invoke cleanup with the next batch from the event source's position."""
-        self._stream_polling = False
-        if self._stream_busy or self._stream_position >= len(self.ttl.stream):
-            return
-        start = self._stream_position
-        batch = self.ttl.stream[start : start + self._stream_batch]
-        self._stream_busy = True
-        failed: list[int] = []
-
-        def body(cn: _Container, invocation: Invocation) -> None:
-            cleanup = TtlCleanup(
-                CleanupServices(cn.store, cn.delay_queue),
-                clock=cn.clock,
-                deadline=self.world.deadline(invocation),
-            )
-            # As the handler's batch processor: every record is tried, each failure reported.
-            for index, record in enumerate(batch):
-                try:
-                    cleanup.handle(record.raw)
-                except Exception as e:  # noqa: BLE001 -- reported as a batch item failure
-                    self.world.note(f"cleanup record {record.sequence} failed: {e}")
-                    failed.append(index)
-
-        def done(ok: bool) -> None:
-            self._stream_busy = False
-            if ok and not failed:
-                self._stream_position = start + len(batch)
-                self._stream_attempts = 0
-                self._stream_batch = STREAM_BATCH
-                self._wake_stream(0)
-                return
-            if ok:  # a partial batch response: the source resumes from the first failure
-                self._stream_position = start + failed[0]
-            else:  # the invocation failed: its batch is split for the retry
-                self._stream_batch = max(1, len(batch) // 2)
-            self._stream_attempts += 1
-            if self._stream_attempts > STREAM_RETRIES:
-                rest = self.ttl.stream[self._stream_position : start + len(batch)]
-                self.cleanup_failures.extend(r.raw for r in rest)
-                self.world.faults["stream-on-failure"] += len(rest)
-                self._stream_position = start + len(batch)
-                self._stream_attempts = 0
-                self._stream_batch = STREAM_BATCH
-            self._wake_stream(STREAM_RETRY_MS)
-
-        self._invoke("cleanup", body, done)
+        poller = self._pollers.get(url)
+        if poller is not None:
+            poller.wake()
 
     # --- what the checker reads -----------------------------------------------------------
 

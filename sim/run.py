@@ -74,7 +74,7 @@ def run_seed(seed: int, shape: Shape | None = None, knobs: Knobs | None = None) 
         simulated_ms=pipeline.world.now_ms - NOW_MS,
         verdict=verdict,
         faults=pipeline.world.faults,
-        invocations=dict(pipeline.invocations),
+        invocations=dict(pipeline.functions.invocations),
         iam_checked=pipeline.roles.guard.checked,
         fingerprint=_fingerprint(pipeline),
         stories={b: checker.story(b) for b in broken},
@@ -82,8 +82,8 @@ def run_seed(seed: int, shape: Shape | None = None, knobs: Knobs | None = None) 
 
 
 def _write(pipeline: Pipeline, intent: Intent) -> None:
-    intent.offset = len(pipeline.partitions[intent.partition].records)
-    pipeline.write(intent.partition, intent.record())
+    intent.offset = len(pipeline.kafka.partitions[intent.partition].records)
+    pipeline.kafka.write(intent.partition, intent.record())
 
 
 def _plan_outages(
@@ -95,7 +95,7 @@ def _plan_outages(
     if world.chance(knobs.scheduler_outage, "scheduler-outage"):
         down = start + world.rng.randint(0, 20 * 60_000)
         up = down + grace_ms + world.rng.randint(5 * 60_000, 60 * 60_000)
-        pipeline.scheduler_down = (down, up)
+        pipeline.ticks.down = (down, up)
         world.note(f"scheduler down until {up}")
         end = max(end, up + SETTLE_MS)
     if world.chance(knobs.kafka_outage, "kafka-outage"):
@@ -107,7 +107,8 @@ def _plan_outages(
     if world.chance(knobs.ingest_stall, "ingest-stall"):
         since = start + world.rng.randint(0, 20 * 60_000)
         until = since + world.rng.randint(10_000, 5 * 60_000)
-        pipeline.ingest_stalls.append((world.rng.randrange(len(pipeline.partitions)), since, until))
+        partition = world.rng.randrange(len(pipeline.kafka.partitions))
+        pipeline.kafka.stalls.append((partition, since, until))
     if world.chance(knobs.ingest_clock_behind, "ingest-clock-behind"):
         pipeline.ingest_behind_ms = world.rng.randint(60_000, 180_000)
     # Stored messages expire at due + grace and TTL may take ttl_lag_s more to delete them:

@@ -26,6 +26,7 @@ from sim.faults import Knobs
 from sim.iam import roles
 from sim.pipeline import Pipeline, sim_settings
 from sim.run import run_seed, simulate
+from sim.sources.stream import STREAM_PARALLELIZATION, lane_of
 from sim.workload import Shape, Workload
 from sim.world import Crash, World
 from testkit.clock import NOW_MS
@@ -245,51 +246,112 @@ def test_the_simulator_finds_a_planted_defect(
     assert kind in {v.kind for v in run_seed(seed).verdict.violations}
 
 
+def _stream_record(sequence: int, item: str) -> StreamRecord:
+    keys = {"pk": {"S": "msg#1"}, "sk": {"S": item}}
+    return StreamRecord(sequence, {"eventID": str(sequence), "dynamodb": {"Keys": keys}})
+
+
 def _stream_run(
     fails: Callable[[int, int], BaseException | None],
-) -> tuple[Pipeline, list[int]]:
-    """A calm pipeline whose stream holds records 1-8; ``fails(sequence, call)`` gives what
-    the n-th handle() call raises, if anything. Returns the pipeline and the sequence numbers
-    handled, in order."""
+    items: dict[int, str] | None = None,
+    later: tuple[int, list[int]] = (0, []),
+    pause_ms: dict[int, int] | None = None,
+) -> tuple[Pipeline, list[tuple[int, int, int]]]:
+    """A calm pipeline whose stream holds records 1-8 (of one item, or of ``items[n]``);
+    ``fails(sequence, call)`` gives what the n-th handle() call raises, if anything, after
+    ``pause_ms[sequence]`` of work. ``later`` holds records written ``later[0]`` ms after the
+    start instead (as a TTL sweep does). Returns the pipeline and the handle() calls, in the
+    order they began: ``(sequence, began, ended)`` (simulated ms since the start)."""
     world = World(1, NOW_MS)
     pipeline = Pipeline(world, Knobs.calm())
-    seen: list[int] = []
+    began: list[tuple[int, int]] = []  # (sequence, when), call by call
+    ended: dict[int, int] = {}  # call -> when
+    item_of = items or {}
+    after_ms, written_later = later
 
     def handle(self: TtlCleanup, record: Any) -> None:
         sequence = int(record["eventID"])
-        seen.append(sequence)
-        error = fails(sequence, len(seen) - 1)
+        call = len(began)
+        began.append((sequence, world.now_ms - NOW_MS))
+        world.pause((pause_ms or {}).get(sequence, 1))
+        ended[call] = world.now_ms - NOW_MS
+        error = fails(sequence, call)
         if error is not None:
             raise error
 
-    for n in range(1, 9):
-        pipeline.ttl.stream.append(StreamRecord(n, {"eventID": str(n)}))
+    def write(sequences: list[int]) -> None:
+        for n in sequences:
+            pipeline.ttl.stream.append(_stream_record(n, item_of.get(n, "one")))
+
+    write([n for n in range(1, 9) if n not in written_later])
+    pipeline.stream.start()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(TtlCleanup, "handle", handle)
-        pipeline.poll_stream()
+        pipeline.stream.poll()
+        if written_later:
+
+            def sweep() -> None:
+                write(written_later)
+                pipeline.ttl.on_records()
+
+            world.at(NOW_MS + after_ms, sweep)
         world.run_until(NOW_MS + 120_000)
     world.stop()
-    return pipeline, seen
+    return pipeline, [(sequence, at, ended[n]) for n, (sequence, at) in enumerate(began)]
 
 
 def test_the_stream_source_resumes_from_the_first_failed_record() -> None:
     # Record 3 fails once: every record of the batch is tried (as the handler's batch
     # processor does), and the retry starts at record 3.
-    pipeline, seen = _stream_run(
+    pipeline, calls = _stream_run(
         lambda sequence, call: RuntimeError("once") if (sequence, call) == (3, 2) else None
     )
-    assert seen == [1, 2, 3, 4, 5, 6, 7, 8, 3, 4, 5, 6, 7, 8]
-    assert pipeline.cleanup_failures == []
+    assert [sequence for sequence, _, _ in calls] == [1, 2, 3, 4, 5, 6, 7, 8, 3, 4, 5, 6, 7, 8]
+    assert pipeline.stream.failures == []
 
 
 def test_a_failed_invocation_halves_its_batch_and_a_poison_record_goes_to_the_destination() -> None:
     # Record 5 kills every invocation that reaches it: the first batch (1-8) dies there, its
     # retry takes half (1-4) and succeeds; from 5 on the batch halves down to record 5 alone,
     # which goes to the on-failure destination after the retries; 6-8 are then handled.
-    pipeline, seen = _stream_run(lambda sequence, _: Crash("dies") if sequence == 5 else None)
+    pipeline, calls = _stream_run(lambda sequence, _: Crash("dies") if sequence == 5 else None)
+    seen = [sequence for sequence, _, _ in calls]
     assert seen[:10] == [1, 2, 3, 4, 5, 1, 2, 3, 4, 5]
     assert seen[-3:] == [6, 7, 8]
-    assert [r["eventID"] for r in pipeline.cleanup_failures] == ["5"]
+    assert [r["eventID"] for r in pipeline.stream.failures] == ["5"]
+
+
+def test_the_stream_source_runs_up_to_its_parallelization_factor_of_batches_at_once() -> None:
+    # Eight items, each record a second of work: the lanes' batches overlap in time, and
+    # never more of them than the factor (template.yaml's ParallelizationFactor).
+    items = {n: f"item-{n}" for n in range(1, 9)}
+    _, calls = _stream_run(lambda _s, _c: None, items, pause_ms=dict.fromkeys(items, 1000))
+    assert sorted(sequence for sequence, _, _ in calls) == list(range(1, 9))
+    at_once = max(
+        sum(1 for _, began, ended in calls if began <= moment < ended) for _, moment, _ in calls
+    )
+    assert at_once == STREAM_PARALLELIZATION == 2
+
+
+def test_a_later_record_of_an_item_waits_for_the_earlier_one_to_succeed() -> None:
+    # Record 1 (item a) works for 10 s and fails once; records 2-8 come meanwhile, 6 of item a
+    # too. The other lane goes on with the other items, but record 6 is handed to cleanup only
+    # after record 1 succeeded, never beside it nor before its retry.
+    items = {n: f"item-{n}" for n in range(1, 9)} | {6: "item-1"}
+    lanes = {lane_of(_stream_record(n, items[n])) for n in range(2, 9) if n != 6}
+    assert lanes == {0, 1}  # some records overtake record 1 in the other lane
+    pipeline, calls = _stream_run(
+        lambda sequence, call: RuntimeError("once") if (sequence, call) == (1, 0) else None,
+        items,
+        later=(1000, [2, 3, 4, 5, 6, 7, 8]),
+        pause_ms={1: 10_000},
+    )
+    of_item = [(sequence, began, ended) for sequence, began, ended in calls if sequence in (1, 6)]
+    assert [sequence for sequence, _, _ in of_item] == [1, 1, 6]
+    assert of_item[2][1] >= of_item[1][2]  # 6 began after the retried 1 ended
+    overtaking = [s for s, began, _ in calls if s not in (1, 6) and began < of_item[1][2]]
+    assert overtaking  # the other keys did not wait for item a
+    assert pipeline.stream.failures == []
 
 
 def test_a_throttled_invocation_never_runs_and_its_source_retries() -> None:
@@ -297,7 +359,7 @@ def test_a_throttled_invocation_never_runs_and_its_source_retries() -> None:
     pipeline = Pipeline(world, dataclasses.replace(Knobs.calm(), lambda_throttled=1.0))
     ran: list[str] = []
     settled: list[bool] = []
-    pipeline._invoke("emitter", lambda _cn, _inv: ran.append("ran"), settled.append)
+    pipeline.functions.invoke("emitter", lambda _cn, _inv: ran.append("ran"), settled.append)
     world.run_until(NOW_MS + 1)
     assert ran == []
     assert settled == [False]

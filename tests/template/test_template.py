@@ -18,6 +18,8 @@ from delayq import constants as c
 from delayq import telemetry
 from delayq.constants import DEFAULT_EMIT_LEAD_MS
 from delayq_reports.options import DeliveryReportOptions
+from sim.functions import TIMEOUT_S
+from sim.sources import stream
 from tests.template.conftest import FUNCTIONS, ROOT
 
 # The variables that name a stack resource, and the resource each must point at.
@@ -473,6 +475,19 @@ def test_cleanup_consumes_only_ttl_removals_of_messages(resources: dict[str, Any
     assert pattern["eventName"] == ["REMOVE"]
     assert pattern["userIdentity"] == {"type": ["Service"], "principalId": [c.TTL_PRINCIPAL]}
     assert pattern["dynamodb"]["OldImage"]["kind"] == {"S": [c.KIND_MESSAGE]}
+
+
+def test_the_simulator_reads_the_stream_as_the_cleanup_source_does(
+    resources: dict[str, Any],
+) -> None:
+    # sim/sources/stream.py mirrors these settings: a run with others would check a pipeline
+    # that is not the deployed one (e.g. one batch of a shard at a time, kinder than AWS).
+    (source,) = events_of(resources, "CleanupFunction", "DynamoDB")
+    assert source["BatchSize"] == stream.STREAM_BATCH
+    assert source["MaximumBatchingWindowInSeconds"] * 1000 == stream.STREAM_WINDOW_MS
+    assert source["ParallelizationFactor"] == stream.STREAM_PARALLELIZATION
+    assert source["MaximumRetryAttempts"] == stream.STREAM_RETRIES
+    assert props(resources, "CleanupFunction")["Timeout"] == TIMEOUT_S["cleanup"]
 
 
 @pytest.mark.parametrize(("queue", "consumer"), [(q, f) for q, (f, _) in SOURCE_QUEUES.items()])
