@@ -40,6 +40,7 @@ from delayq.queues import DelayQueue, RejectQueue, SqsQueue, TickQueue
 from delayq.retry import Backoff
 from delayq.scheduler import fire_timer, run_scheduler
 from delayq.settings import Settings
+from delayq.shaping import Shaper
 from delayq.stats import DeliveryStats
 from delayq.store import MessageStore
 from sim.aws import ReplicatedDynamoDB, SimProducer, TargetCluster, Ttl
@@ -152,6 +153,9 @@ class _Container:
     delivery: KafkaDelivery
     stats: DeliveryStats
     pending: PendingCounts
+    # The tenant limits' counters (None: no tenant has a limit), as ``delayq.runtime`` has
+    # them: ingest's release slots and quotas, the emitter's slots for late capped messages.
+    shaper: Shaper | None
 
 
 @dataclass(frozen=True)
@@ -234,7 +238,14 @@ class Pipeline:
             delivery=KafkaDelivery(lambda _on_error: producer, s.kafka_timeout_seconds),
             stats=DeliveryStats(instance_id=f"sim-{function}"),
             pending=PendingCounts(as_dynamodb_client(dynamodb), s.table_name, backoff=backoff),
+            shaper=self._shaper(function, store),
         )
+
+    def _shaper(self, function: str, store: MessageStore) -> Shaper | None:
+        limits = self.settings.limits
+        if not limits.any or (function == "emitter" and not self.settings.strict_caps):
+            return None
+        return Shaper(store, limits)
 
     def start(self, until_ms: int) -> None:
         """Start the periodic sources: EventBridge's ticks until ``until_ms``, TTL sweeps."""
@@ -323,6 +334,7 @@ class Pipeline:
                 cn.rejects,
                 cn.payloads,
                 direct=DirectServices(cn.delivery, cn.stats),
+                shaper=cn.shaper,
                 pending=cn.pending,
             )
             ingest_batch(
@@ -504,6 +516,7 @@ class Pipeline:
                 rejects=cn.rejects,
                 payloads=cn.payloads,
                 stats=cn.stats,
+                shaper=cn.shaper,
             )
             result = emit_batch(
                 messages_from_event({"Records": records}),
