@@ -229,6 +229,28 @@ def test_when_the_cap_counter_fails_nothing_goes_over_it_and_nothing_is_lost(
     assert max(Counter(d.emitted_ms // 1000 for d in result.deliveries).values()) <= 40
 
 
+def test_a_slot_whose_second_ends_while_it_is_claimed_is_not_used(limited: Pipeline) -> None:
+    limited.ingest(kafka_event(*records("bulk", 1, DUE_MS, 0)))
+    (entry,) = limited.delayed()
+    limited.handed_over.add(id(entry))
+    limited.clock.now_ms = DUE_MS + 5_000  # late: its slot was DUE_MS's second
+
+    def slow_update_item(**kwargs: Any) -> Any:
+        answer = limited.aws.dynamodb.update_item(**kwargs)
+        limited.clock.advance(1_000)  # the claim returns in the next second
+        return answer
+
+    proxy = ClientProxy(limited.aws.dynamodb, update_item=slow_update_item)
+    result = limited.with_store_client(proxy).emit([entry])
+    assert result.deliveries == []
+    assert result.failed == []
+    (resent,) = [e for e in limited.delayed() if e is not entry]
+    assert resent.release_ms == limited.clock()  # back at once, to claim a later second
+    delivered = limited.deliver_released()
+    assert [d.delay_id for d in delivered.deliveries] == ["bulk-0"]
+    assert all(d.emitted_ms // 1000 > (DUE_MS + 5_000) // 1000 for d in delivered.deliveries)
+
+
 def test_ingest_leaves_a_capped_message_past_its_slot_to_the_emitter(limited: Pipeline) -> None:
     # Ingest behind: due two seconds ago, within its cap; the direct path would send it at once.
     late = records("bulk", 1, NOW_MS - 2000, 0) + records("steady", 1, NOW_MS - 2000, 10)

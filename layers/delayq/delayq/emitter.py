@@ -427,6 +427,11 @@ class _EmitRun:
                 item.pace(slot_ms)
                 if buckets.due_second(slot_ms) > buckets.due_second(now_ms):
                     self.result.cap_held += 1
+                elif buckets.due_second(slot_ms) < buckets.due_second(now_ms):
+                    # Its second ended while the slot was claimed: produced now, it would
+                    # land in a second that did not count it. It comes back for another.
+                    self.again(item, now_ms)
+                    continue
             if item.request.release_at_ms - now_ms <= self.settings.max_hold_ms:
                 keep.append(item)
             else:
