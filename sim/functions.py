@@ -17,6 +17,7 @@ from delayq.kafka import KafkaDelivery
 from delayq.payloads import PayloadStore
 from delayq.pending import PendingCounts
 from delayq.queues import DelayQueue, RejectQueue, TickQueue
+from delayq.shaping import Shaper
 from delayq.stats import DeliveryStats
 from delayq.store import MessageStore
 from sim.faults import Knobs, RetryLedger
@@ -40,6 +41,9 @@ class Container:
     delivery: KafkaDelivery
     stats: DeliveryStats
     pending: PendingCounts
+    # The tenant limits' counters (None: no tenant has a limit), as ``delayq.runtime`` has
+    # them: ingest's release slots and quotas, the emitter's slots for late capped messages.
+    shaper: Shaper | None
 
 
 class _Containers:

@@ -17,7 +17,9 @@ from delayq.pending import PendingCounts
 from delayq.queues import DelayQueue, RejectQueue, SqsQueue, TickQueue
 from delayq.retry import Backoff
 from delayq.settings import Settings
+from delayq.shaping import Shaper
 from delayq.stats import DeliveryStats
+from delayq.store import MessageStore
 from sim.aws import ReplicatedDynamoDB, SimProducer, TargetCluster, Ttl
 from sim.faults import DriftingClock, Faulty, Knobs, RetryLedger
 from sim.functions import Container, Functions
@@ -127,7 +129,14 @@ class Pipeline:
             delivery=KafkaDelivery(lambda _on_error: producer, s.kafka_timeout_seconds),
             stats=DeliveryStats(instance_id=f"sim-{function}"),
             pending=PendingCounts(as_dynamodb_client(dynamodb), s.table_name, backoff=backoff),
+            shaper=self._shaper(function, store),
         )
+
+    def _shaper(self, function: str, store: MessageStore) -> Shaper | None:
+        limits = self.settings.limits
+        if not limits.any or (function == "emitter" and not self.settings.strict_caps):
+            return None
+        return Shaper(store, limits)
 
     def start(self, until_ms: int) -> None:
         """Start the periodic sources: EventBridge's ticks until ``until_ms``, TTL sweeps."""

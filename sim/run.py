@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any, Final
 
+from delayq.settings import Settings
 from sim.checker import BUCKET_MS, Checker, Verdict
 from sim.faults import Knobs
 from sim.pipeline import Pipeline
@@ -46,10 +47,13 @@ class RunResult:
         return not self.verdict.violations and not self.verdict.unacknowledged
 
 
-def simulate(seed: int, shape: Shape, knobs: Knobs) -> tuple[Pipeline, Workload]:
-    """Run one seed's world to its end; what it recorded is in the pipeline."""
+def simulate(
+    seed: int, shape: Shape, knobs: Knobs, settings: Settings | None = None
+) -> tuple[Pipeline, Workload]:
+    """Run one seed's world to its end; what it recorded is in the pipeline. ``settings``
+    replace the simulation's own (``sim.pipeline.sim_settings``)."""
     world = World(seed, NOW_MS)
-    pipeline = Pipeline(world, knobs)
+    pipeline = Pipeline(world, knobs, settings)
     start = world.now_ms + 60_000
     workload = generate(world.rng, start, shape)
     end = _plan_outages(world, knobs, pipeline, start, workload)

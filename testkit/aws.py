@@ -22,6 +22,7 @@ in moto): readers filter expired items themselves.
 
 from __future__ import annotations
 
+import copy
 import heapq
 import itertools
 import math
@@ -331,6 +332,10 @@ class _Partition:
         return self._order
 
 
+# What UpdateItem can return here (``UPDATED_OLD`` and ``ALL_OLD`` are not modelled).
+_RETURN_VALUES: Final = frozenset({"NONE", "UPDATED_NEW", "ALL_NEW"})
+
+
 class FakeDynamoDB:
     """A low-level DynamoDB client for tables keyed by string ``pk`` (hash) and ``sk``
     (range): the calls ``delayq.store.MessageStore`` makes, plus ``delete_item``."""
@@ -590,10 +595,14 @@ class FakeDynamoDB:
         ConditionExpression: str | None = None,  # noqa: N803
         ExpressionAttributeNames: Mapping[str, str] | None = None,  # noqa: N803
         ExpressionAttributeValues: Mapping[str, Any] | None = None,  # noqa: N803
+        ReturnValues: str = "NONE",  # noqa: N803
     ) -> dict[str, Any]:
         """``SET a = :x, b = :y`` and ``ADD n :k`` (numbers, created at 0) on one item
-        (created if missing), under an optional condition."""
+        (created if missing), under an optional condition. ``ReturnValues``: ``NONE``,
+        ``UPDATED_NEW`` (the attributes the update wrote, as written) or ``ALL_NEW``."""
         operation = "UpdateItem"
+        if ReturnValues not in _RETURN_VALUES:
+            raise NotImplementedError(f"ReturnValues={ReturnValues!r} not supported")
         table = self._table(TableName, operation)
         pk, sk = self._key(Key, operation)
         expr = _Expression(
@@ -601,6 +610,7 @@ class FakeDynamoDB:
         )
         old = self._get(table, pk, sk)
         new = dict(old.item) if old else dict(Key)
+        updated: dict[str, Any] = {}
         for action, clause in _update_clauses(UpdateExpression):
             pattern = _SET_CLAUSE if action == "SET" else _ADD_CLAUSE
             match = pattern.match(clause)
@@ -611,6 +621,7 @@ class FakeDynamoDB:
                 total = Decimal(new.get(name, {"N": "0"})["N"]) + Decimal(value["N"])
                 value = {"N": str(total)}
             new[name] = value
+            updated[name] = value
         units = write_units(max(item_size(new), old.size if old else 0))
         if ConditionExpression and not expr.condition(
             ConditionExpression, old.item if old else None
@@ -621,7 +632,8 @@ class FakeDynamoDB:
             )
         table.setdefault(pk, _Partition()).put(sk, _Stored(new, item_size(new)))
         self.counter.record(self.service, operation, wru=units)
-        return {}
+        returned = {"UPDATED_NEW": updated, "ALL_NEW": new}.get(ReturnValues)
+        return {} if returned is None else {"Attributes": copy.deepcopy(returned)}
 
 
 # --- SQS -----------------------------------------------------------------------------------

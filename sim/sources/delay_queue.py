@@ -98,6 +98,7 @@ class DelayQueueSource(QueuePoller):
                 rejects=cn.rejects,
                 payloads=cn.payloads,
                 stats=cn.stats,
+                shaper=cn.shaper,
             )
             result = emit_batch(
                 messages_from_event({"Records": records}),

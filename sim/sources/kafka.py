@@ -84,6 +84,7 @@ class KafkaSource:
                 cn.rejects,
                 cn.payloads,
                 direct=DirectServices(cn.delivery, cn.stats),
+                shaper=cn.shaper,
                 pending=cn.pending,
             )
             ingest_batch(

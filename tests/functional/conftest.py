@@ -136,8 +136,11 @@ class Pipeline:
         )
 
     def emitter_services(self, *, delay_queue: DelayQueue | None = None) -> EmitterServices:
-        """The emitter's adapters on this pipeline (``delay_queue`` replaces its own)."""
+        """The emitter's adapters on this pipeline (``delay_queue`` replaces its own). Its
+        release caps hold while catching up as in ``runtime.emitter_services``; each batch
+        runs in a new container (no memory of full seconds)."""
         producer = self.producer
+        limits = self.settings.limits
         return EmitterServices(
             KafkaDelivery(lambda _on_error: producer, 1.0),
             self.store,
@@ -146,6 +149,7 @@ class Pipeline:
             self.rejects,
             self.payloads,
             self.stats,
+            Shaper(self.store, limits) if self.settings.strict_caps and limits.any else None,
         )
 
     def delayed(self) -> list[SentEntry]:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from delayq import constants as c
+from delayq.emitter import EmitResult
 from delayq.envelope import decode_body
 from delayq.producing import Delivery
 from delayq.queues import DelayQueue, SqsQueue
@@ -21,6 +22,7 @@ from delayq.shaping import Shaper
 from testkit.aws import as_sqs_client
 from testkit.clock import NOW_MS, no_sleep_backoff
 from testkit.events import control_headers, kafka_event, kafka_record
+from tests.factories import ClientProxy, client_error
 from tests.functional.conftest import Pipeline
 
 LIMITS = {
@@ -125,6 +127,145 @@ def test_a_capped_burst_beyond_the_look_ahead_is_stored_by_its_release(limited: 
     delivered = limited.deliver_released()
     assert len(delivered.deliveries) == 90
     assert all(d.emitted_ms >= max(d.due_ms, d.release_ms) for d in delivered.deliveries)
+
+
+# --- the cap while the pipeline catches up ----------------------------------------------------
+
+
+def outage(p: Pipeline, burst: int, outage_ms: int) -> None:
+    """Ingest ``burst`` of bulk's messages due at DUE_MS (slots over burst / 40 seconds) and
+    keep the target unreachable for ``outage_ms`` from then: every delivery is retried."""
+    assert p.ingest(kafka_event(*records("bulk", burst, DUE_MS, 0))).capped == burst - 40
+    p.producer.unavailable = True
+    while p.clock() < DUE_MS + outage_ms:
+        p.deliver_released()
+    assert p.producer.produced == []
+    p.producer.unavailable = False
+
+
+def catch_up(p: Pipeline, expected: int) -> EmitResult:
+    """The emitter, behind after the outage, takes every retry waiting in the delay queue in
+    one batch (they are all visible by then), then what the queue releases after it."""
+    waiting = [e for e in p.delayed() if id(e) not in p.handed_over]
+    total = EmitResult()
+    if waiting:
+        p.clock.now_ms = max(p.clock.now_ms, *(e.release_ms for e in waiting))
+        p.handed_over.update(id(e) for e in waiting)
+        total = p.emit(waiting)
+    for _ in range(100):
+        if len(total.deliveries) >= expected:
+            break
+        done = p.deliver_released()
+        total.deliveries += done.deliveries
+        total.cap_held += done.cap_held
+        total.errors += done.errors
+        total.failed += done.failed
+    return total
+
+
+def test_after_a_target_outage_the_catch_up_keeps_the_cap_in_every_second(
+    limited: Pipeline,
+) -> None:
+    outage(limited, 200, 120_000)
+    result = catch_up(limited, 200)
+    assert sorted(d.delay_id for d in result.deliveries) == sorted(f"bulk-{i}" for i in range(200))
+    per_second = Counter(d.emitted_ms // 1000 for d in result.deliveries)
+    assert max(per_second.values()) <= 40
+    assert len(per_second) >= 5  # the burst was spread again, not sent at once
+    assert result.cap_held > 0
+    # Those held past this invocation went back to the delay queue carrying their new slot.
+    resent = [x.request for e in limited.delayed() for x in decode_body(e.body) if x.request]
+    assert {r.paced_ms % 1000 for r in resent if r.paced_ms} == {0}
+    assert any(r.paced_ms for r in resent)
+    # Never early, nothing dead-lettered, no SQS message failed: held ones were re-sent.
+    assert all(d.emitted_ms >= max(d.due_ms, d.release_ms) for d in result.deliveries)
+    assert limited.dead_lettered() == []
+    assert result.failed == []
+    # Its lateness still counts from the slot ingest gave it: the outage shows.
+    assert min(d.lateness_ms for d in result.deliveries) >= 120_000 - 60_000
+
+
+def test_without_strict_caps_the_same_catch_up_exceeds_the_cap(limited: Pipeline) -> None:
+    limited.settings = limited.settings.with_overrides(strict_caps=0)
+    outage(limited, 200, 120_000)
+    result = catch_up(limited, 200)
+    assert len(result.deliveries) == 200
+    assert max(Counter(d.emitted_ms // 1000 for d in result.deliveries).values()) > 40
+    assert result.cap_held == 0
+
+
+def test_on_time_the_emitter_makes_no_call_for_the_cap(limited: Pipeline) -> None:
+    limited.ingest(kafka_event(*records("bulk", 200, DUE_MS, 0)))
+    proxy = ClientProxy(limited.aws.dynamodb, update_item=limited.aws.dynamodb.update_item)
+    delivered = limited.with_store_client(proxy).deliver_released()
+    assert len(delivered.deliveries) == 200
+    assert max(Counter(d.emitted_ms // 1000 for d in delivered.deliveries).values()) == 40
+    assert proxy.calls == []
+    assert delivered.cap_held == 0
+
+
+def test_when_the_cap_counter_fails_nothing_goes_over_it_and_nothing_is_lost(
+    limited: Pipeline,
+) -> None:
+    outage(limited, 80, 30_000)
+    throttled = True
+
+    def update_item(**kwargs: Any) -> Any:
+        if throttled and kwargs["Key"]["pk"]["S"].startswith(c.RATE_PK_PREFIX):
+            raise client_error("ThrottlingException")
+        return limited.aws.dynamodb.update_item(**kwargs)
+
+    proxy = ClientProxy(limited.aws.dynamodb, update_item=update_item)
+    down = limited.with_store_client(proxy)
+    while limited.clock() < DUE_MS + 90_000:
+        held = down.deliver_released()
+        assert held.deliveries == []  # fail closed: no token, no delivery
+        assert held.failed == []  # re-sent, not failed: no receive used up
+    assert any("release cap: " in e and "ThrottlingException" in e for e in held.errors)
+    assert limited.dead_lettered() == []
+    throttled = False
+    result = catch_up(down, 80)
+    assert sorted(d.delay_id for d in result.deliveries) == sorted(f"bulk-{i}" for i in range(80))
+    assert max(Counter(d.emitted_ms // 1000 for d in result.deliveries).values()) <= 40
+
+
+def test_a_slot_whose_second_ends_while_it_is_claimed_is_not_used(limited: Pipeline) -> None:
+    limited.ingest(kafka_event(*records("bulk", 1, DUE_MS, 0)))
+    (entry,) = limited.delayed()
+    limited.handed_over.add(id(entry))
+    limited.clock.now_ms = DUE_MS + 5_000  # late: its slot was DUE_MS's second
+
+    def slow_update_item(**kwargs: Any) -> Any:
+        answer = limited.aws.dynamodb.update_item(**kwargs)
+        limited.clock.advance(1_000)  # the claim returns in the next second
+        return answer
+
+    proxy = ClientProxy(limited.aws.dynamodb, update_item=slow_update_item)
+    result = limited.with_store_client(proxy).emit([entry])
+    assert result.deliveries == []
+    assert result.failed == []
+    (resent,) = [e for e in limited.delayed() if e is not entry]
+    assert resent.release_ms == limited.clock()  # back at once, to claim a later second
+    delivered = limited.deliver_released()
+    assert [d.delay_id for d in delivered.deliveries] == ["bulk-0"]
+    assert all(d.emitted_ms // 1000 > (DUE_MS + 5_000) // 1000 for d in delivered.deliveries)
+
+
+def test_ingest_leaves_a_capped_message_past_its_slot_to_the_emitter(limited: Pipeline) -> None:
+    # Ingest behind: due two seconds ago, within its cap; the direct path would send it at once.
+    late = records("bulk", 1, NOW_MS - 2000, 0) + records("steady", 1, NOW_MS - 2000, 10)
+    result = limited.ingest(kafka_event(*late), direct=True)
+    assert [d.delay_id for d in result.deliveries] == ["steady-0"]
+    queued = [x.request for e in limited.delayed() for x in decode_body(e.body) if x.request]
+    assert [r.delay_id for r in queued] == ["bulk-0"]
+    delivered = limited.deliver_released()
+    assert [d.delay_id for d in delivered.deliveries] == ["bulk-0"]
+
+
+def test_without_strict_caps_ingest_sends_it_direct(limited: Pipeline) -> None:
+    limited.settings = limited.settings.with_overrides(strict_caps=0)
+    result = limited.ingest(kafka_event(*records("bulk", 1, NOW_MS - 2000, 0)), direct=True)
+    assert [d.delay_id for d in result.deliveries] == ["bulk-0"]
 
 
 def test_over_its_quota_a_tenant_is_rejected_with_its_bytes_and_the_batch_goes_on(

@@ -364,3 +364,41 @@ def test_a_throttled_invocation_never_runs_and_its_source_retries() -> None:
     assert ran == []
     assert settled == [False]
     assert world.faults["lambda-throttled"] == 1
+
+
+# --- tenant limits in the simulation ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pk", "allowed"), [("rate#bulk#1795248000", True), ("quota#bulk#1", False)]
+)
+def test_the_emitters_role_lets_it_claim_release_slots_and_no_other_counter(
+    pk: str, allowed: bool
+) -> None:
+    guard = roles().guard
+    params = {
+        "TableName": sim_settings(roles()).table_name,
+        "Key": {"pk": {"S": pk}, "sk": {"S": "-"}},
+        "UpdateExpression": "ADD #n :amount",
+        "ExpressionAttributeNames": {"#n": "n"},
+        "ExpressionAttributeValues": {":amount": {"N": "1"}},
+        "ReturnValues": "UPDATED_NEW",
+    }
+    assert (guard.check("emitter", "dynamodb", "UpdateItem", params) is None) is allowed
+
+
+def test_with_release_caps_every_function_stays_within_its_role() -> None:
+    # Every target capped at 1/s: ingest claims slots, the emitter claims new ones for what
+    # the run makes late; the fakes answer the counters' UpdateItem (ReturnValues) as AWS does.
+    settings = sim_settings(
+        roles(), tenant_limits=json.dumps({"*": {"release_per_second": 1}}), strict_caps=1
+    )
+    pipeline, workload = simulate(3, SMALL, Knobs.calm(), settings)
+    assert pipeline.roles.guard.denials == []
+    verdict = Checker(pipeline, workload).run()
+    assert verdict.unacknowledged == 0
+    assert verdict.delivered + verdict.cancelled + verdict.rejected >= verdict.messages > 50
+    counters = [
+        i for i in pipeline.dynamodb.items(settings.table_name) if i["pk"]["S"].startswith("rate#")
+    ]
+    assert counters

@@ -17,6 +17,7 @@ import pytest
 from delayq import constants as c
 from delayq import telemetry
 from delayq.constants import DEFAULT_EMIT_LEAD_MS
+from delayq.settings import Settings
 from delayq_reports.options import DeliveryReportOptions
 from sim.functions import TIMEOUT_S
 from sim.sources import stream
@@ -78,6 +79,7 @@ FUNCTION_VARIABLES = {
         c.ENV_PAYLOAD_BUCKET: {"Ref": "PayloadBucket"},
         c.ENV_ALLOWED_TARGETS: {"Ref": "AllowedTargets"},
         c.ENV_MAX_PAYLOAD_BYTES: {"Ref": "MaxPayloadBytes"},
+        c.ENV_TENANT_LIMITS: {"Ref": "TenantLimits"},
         c.ENV_KAFKA_BOOTSTRAP: {"Ref": "KafkaBootstrapServers"},
         c.ENV_KAFKA_SECURITY: {"Ref": "KafkaSecurity"},
         c.ENV_KAFKA_SECRET_ARN: {"Fn::If": ["UsesScram", {"Ref": "KafkaSecretArn"}, ""]},
@@ -95,6 +97,7 @@ GLOBAL_SETTINGS = {
     c.ENV_SHARDS: "Shards",
     c.ENV_MAX_DELAY_SECONDS: "MaxDelaySeconds",
     c.ENV_TTL_GRACE_SECONDS: "TtlGraceSeconds",
+    c.ENV_STRICT_CAPS: "StrictReleaseCaps",
     "LOG_LEVEL": "LogLevel",
 }
 
@@ -748,6 +751,7 @@ def test_payload_access_is_split_by_prefix(resources: dict[str, Any]) -> None:
         ("CleanupRole", "dynamodb:GetItem", [c.WATERMARK_PK]),
         ("EmitterRole", "dynamodb:BatchGetItem", [f"{c.CANCEL_PK_PREFIX}*"]),
         ("EmitterRole", "dynamodb:PutItem", [f"{c.STATS_PK_PREFIX}*"]),
+        ("EmitterRole", "dynamodb:UpdateItem", [f"{c.RATE_PK_PREFIX}*"]),
     ],
 )
 def test_item_level_access_is_limited_to_its_partition_keys(
@@ -777,12 +781,15 @@ def test_ingest_may_read_the_stored_messages_a_reschedule_moves(
     assert "Condition" not in statement
 
 
-def test_only_ingest_and_the_scheduler_update_items(resources: dict[str, Any]) -> None:
-    # The scheduler moves the watermark; ingest creates it and writes cancel markers.
+def test_only_ingest_the_scheduler_and_the_emitter_update_items(
+    resources: dict[str, Any],
+) -> None:
+    # The scheduler moves the watermark; ingest creates it and writes cancel markers; the
+    # emitter claims release slots for late capped messages (its grant: rate# keys only).
     writers = {
         f for f in FUNCTIONS if grants(resources, role_of(resources, f), "dynamodb:UpdateItem")
     }
-    assert writers == {"IngestFunction", "SchedulerFunction"}
+    assert writers == {"IngestFunction", "SchedulerFunction", "EmitterFunction"}
 
 
 def test_lookahead_leaves_the_ingest_timeout_below_the_horizon(template: dict[str, Any]) -> None:
@@ -902,6 +909,12 @@ def test_checkov_skips_give_a_reason(template_lines: list[str]) -> None:
 
 
 # --- parameters, alarms, reports, outputs -----------------------------------------------
+
+
+def test_strict_release_caps_default_to_the_code_default(template: dict[str, Any]) -> None:
+    parameter = template["Parameters"]["StrictReleaseCaps"]
+    assert parameter["Default"] == Settings().strict_caps == 1
+    assert parameter["AllowedValues"] == [0, 1]
 
 
 @pytest.mark.parametrize(("parameter", "default"), PARAMETER_DEFAULTS.items())

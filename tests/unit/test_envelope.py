@@ -48,6 +48,7 @@ requests = st.builds(
     tenant=st.just("") | st.text(min_size=1, max_size=c.MAX_TENANT_LENGTH),
     priority=st.sampled_from(c.PRIORITIES),
     release_ms=st.integers(min_value=0, max_value=2**53),
+    paced_ms=st.integers(min_value=0, max_value=2**53),
 )
 
 
@@ -93,6 +94,16 @@ def test_envelope_carries_tenant_priority_and_release_only_when_set() -> None:
     body = json.loads(Envelope(request).encode())
     assert (body["tn"], body["pr"], body["rl"]) == ("acme", "low", NOW_MS)
     assert Envelope.decode(Envelope(request).encode()).request == request
+
+
+def test_envelope_carries_a_catch_up_slot_only_when_set() -> None:
+    assert "pc" not in json.loads(Envelope(delay_request()).encode())
+    request = replace(delay_request(due_ms=NOW_MS), paced_ms=NOW_MS + 7000)
+    assert json.loads(Envelope(request).encode())["pc"] == NOW_MS + 7000
+    decoded = Envelope.decode(Envelope(request).encode()).request
+    assert decoded == request
+    # It moves when the message goes, not the release its lateness counts from.
+    assert (decoded.release_at_ms, decoded.release_ms) == (NOW_MS + 7000, 0)
 
 
 def test_a_moved_copy_survives_the_envelope() -> None:

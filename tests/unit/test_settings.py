@@ -19,7 +19,7 @@ DOCUMENTED_DEFAULT = re.compile(r"^\| `(DELAYQ_\w+)` \| `?([\w.]+)`? \|", re.MUL
 def test_defaults_are_the_documented_ones() -> None:
     table = DOCUMENTED_DEFAULT.findall((ROOT / "docs" / "internals.md").read_text())
     documented = {var: value for var, value in table if value != "empty"}
-    assert len(documented) == 22  # the numeric defaults and the Kafka security mode
+    assert len(documented) == 23  # the numeric defaults and the Kafka security mode
     assert Settings.from_env(documented) == Settings()
 
 
@@ -54,6 +54,7 @@ def test_from_env_reads_every_variable_with_its_type() -> None:
         "DELAYQ_DELIVERY_MAX_ATTEMPTS": "3",
         "DELAYQ_TARGET_OUTAGE_MAX_SECONDS": "600",
         "DELAYQ_DIRECT_WINDOW_MS": "750",
+        "DELAYQ_STRICT_CAPS": "0",
         "AWS_REGION": "eu-west-1",
     }
     assert Settings.from_env(env) == Settings(
@@ -86,6 +87,7 @@ def test_from_env_reads_every_variable_with_its_type() -> None:
         delivery_max_attempts=3,
         target_outage_max_seconds=600,
         direct_window_ms=750,
+        strict_caps=0,
         region="eu-west-1",
     )
 
@@ -168,6 +170,7 @@ def test_a_variable_that_is_not_a_number_names_itself(var: str, raw: str) -> Non
         ({"emit_lead_ms": 3001}, "emit_lead_ms must be >= 0 and <= max_hold_ms"),
         ({"kafka_security": "SASL_PLAIN"}, "kafka_security must be one of"),
         ({"kafka_security": "SASL_SCRAM_SHA_256"}, "needs kafka_secret_arn"),
+        ({"strict_caps": 2}, "strict_caps must be 0 or 1"),
     ],
 )
 def test_invalid_settings_are_refused(overrides: dict[str, object], problem: str) -> None:

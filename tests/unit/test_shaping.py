@@ -14,10 +14,10 @@ from delayq import constants as c
 from delayq.limits import parse_limits
 from delayq.records import DelayRequest
 from delayq.retry import Deadline
-from delayq.shaping import NoReleaseSlotError, Shaper, release_slots
+from delayq.shaping import NoReleaseSlotError, Shaper, missed_slot_cap, release_slots
 from delayq.store import MessageStore
 from testkit.clock import NOW_MS
-from tests.factories import AwsResources, ClientProxy, delay_request, store_of
+from tests.factories import AwsResources, ClientProxy, client_error, delay_request, store_of
 
 DUE_S = NOW_MS // 1000 + 600
 
@@ -213,3 +213,108 @@ def test_messages_a_cap_cannot_place_are_refused_and_the_rest_admitted(
     refused = shaper.admit(late, NOW_MS, Deadline.after(30)).refused
     assert [r.delay_id for r, _ in refused] == ["late-bulk-0", "late-bulk-1", "late-bulk-2"]
     assert "release cap of 'bulk' (2/s) cannot place it within 2 s" in refused[0][1]
+
+
+# --- while the pipeline catches up (the emitter's side of a release cap) -------------------
+
+NOW_S = NOW_MS // 1000
+CAPS = parse_limits('{"bulk": {"release_per_second": 5}, "other": {"release_per_second": 5}}')
+
+
+@pytest.mark.parametrize(
+    ("release_at_ms", "now_ms", "cap"),
+    [
+        (NOW_S * 1000 - 1, NOW_S * 1000, 5),  # its second has just passed
+        (NOW_S * 1000 - 3_600_000, NOW_S * 1000 + 999, 5),  # an hour behind
+        (NOW_S * 1000, NOW_S * 1000 + 999, None),  # still its second: on time
+        (NOW_S * 1000 + 2000, NOW_S * 1000, None),  # not due yet
+    ],
+)
+def test_a_message_missed_its_slot_only_once_its_second_has_passed(
+    release_at_ms: int, now_ms: int, cap: int | None
+) -> None:
+    request = dataclasses.replace(delay_request(due_ms=release_at_ms), tenant="bulk")
+    assert missed_slot_cap(request, CAPS, now_ms) == cap
+
+
+def test_a_tenant_without_a_cap_never_missed_a_slot() -> None:
+    request = dataclasses.replace(delay_request(due_ms=NOW_MS - 60_000), tenant="free")
+    assert missed_slot_cap(request, CAPS, NOW_MS) is None
+
+
+def late(tenant: str, count: int, seconds_late: int = 60, **kw: Any) -> list[DelayRequest]:
+    return burst(tenant, count, due_ms=(NOW_S - seconds_late) * 1000 + 250, **kw)
+
+
+def test_on_time_and_uncapped_messages_make_no_claim(aws: AwsResources) -> None:
+    store, proxy = counted_store(aws)
+    shaper = Shaper(store, CAPS)
+    requests = burst("bulk", 5, due_ms=NOW_MS + 500) + late("free", 5)
+    plan = shaper.catch_up(requests, NOW_MS, Deadline.after(30))
+    assert (plan.slots, plan.unplaced) == ({}, {})
+    assert proxy.calls == []
+
+
+def test_late_messages_take_only_the_room_left_from_this_second_on(aws: AwsResources) -> None:
+    store, proxy = counted_store(aws)
+    # Ingest gave three of this second's five slots to messages on time.
+    store.add_to_counter(f"rate#bulk#{NOW_S}", 3, NOW_S + 60, Deadline.after(30))
+    proxy.calls.clear()
+    plan = Shaper(store, CAPS).catch_up(late("bulk", 9), NOW_MS, Deadline.after(30))
+    assert plan.unplaced == {}
+    assert Counter(ms // 1000 for ms in plan.slots.values()) == {
+        NOW_S: 2,
+        NOW_S + 1: 5,
+        NOW_S + 2: 2,
+    }
+    assert all(ms % 1000 == 0 for ms in plan.slots.values())
+    assert len(proxy.calls) == 3  # one claim per second touched, not per message
+    # The seconds it filled grant nothing more, to anyone (an add may overshoot the counter,
+    # never the cap): the next late messages go after them (past two full seconds the probe
+    # gallops, skipping one that keeps its room).
+    other = Shaper(store, CAPS)  # another container, with no memory of full seconds
+    more = other.catch_up(late("bulk", 4, seconds_late=1), NOW_MS, Deadline.after(30))
+    assert Counter(ms // 1000 for ms in more.slots.values()) == {NOW_S + 3: 4}
+
+
+def test_late_messages_keep_their_release_order(store: MessageStore) -> None:
+    older = late("bulk", 3, seconds_late=120)
+    newer = [dataclasses.replace(r, delay_id=f"n-{r.delay_id}") for r in late("bulk", 4, 30)]
+    plan = Shaper(store, CAPS).catch_up(newer + older, NOW_MS, Deadline.after(30))
+    slot_of_older = [plan.slots[i] for i in range(4, 7)]
+    slot_of_newer = [plan.slots[i] for i in range(4)]
+    assert max(slot_of_older) <= min(slot_of_newer)
+    assert len(plan.slots) == 7
+
+
+def test_a_counter_that_fails_leaves_only_its_tenant_unplaced(aws: AwsResources) -> None:
+    def update_item(**kwargs: Any) -> Any:
+        if kwargs["Key"]["pk"]["S"].startswith("rate#bulk#"):
+            raise client_error("ProvisionedThroughputExceededException")
+        return aws.dynamodb.update_item(**kwargs)
+
+    store = store_of(ClientProxy(aws.dynamodb, update_item=update_item), aws.settings)
+    requests = late("bulk", 2) + late("other", 2)
+    plan = Shaper(store, CAPS).catch_up(requests, NOW_MS, Deadline.after(30))
+    assert set(plan.unplaced) == {0, 1}
+    assert "ProvisionedThroughputExceededException" in plan.unplaced[0]
+    assert {i: ms // 1000 for i, ms in plan.slots.items()} == {2: NOW_S, 3: NOW_S}
+
+
+def test_a_tenant_full_for_the_catch_up_spread_is_left_unplaced_then_not_probed_again(
+    aws: AwsResources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(c, "CATCH_UP_SPREAD_SECONDS", 3)
+    store, proxy = counted_store(aws)
+    for second in range(NOW_S, NOW_S + 10):
+        store.add_to_counter(f"rate#bulk#{second}", 5, second + 60, Deadline.after(30))
+    proxy.calls.clear()
+    shaper = Shaper(store, CAPS)
+    plan = shaper.catch_up(late("bulk", 1), NOW_MS, Deadline.after(30))
+    assert plan.slots == {}
+    assert "release cap of 'bulk' (5/s) cannot place it within 3 s" in plan.unplaced[0]
+    claims = len(proxy.calls)
+    # This container remembers the full seconds: the next batch costs no claim there.
+    again = shaper.catch_up(late("bulk", 1), NOW_MS, Deadline.after(30))
+    assert set(again.unplaced) == {0}
+    assert len(proxy.calls) == claims

@@ -218,6 +218,7 @@ def emit_result() -> EmitResult:
         redelayed=1,
         requeued=4,
         rejected=2,
+        cap_held=5,
         errors=["order-3: kafka: timed out", "order-4: re-delay failed: x"],
     )
 
@@ -243,6 +244,7 @@ def test_report_emit_emits_counts_and_one_lateness_value_per_delivery(
         "EmitRequeued": ("Count", [4.0]),
         "EmitRejected": ("Count", [2.0]),
         "EmitFailed": ("Count", [2.0]),
+        "CapHeld": ("Count", [5.0]),
         "LatenessMs": ("Milliseconds", [12.0, 0.0, 480.0]),
     }
 

@@ -34,6 +34,7 @@ __all__ = [
     "ATTR_WATERMARK_TOKEN",
     "BUNDLE_MAX_OFFLOADED_BYTES",
     "CANCEL_PK_PREFIX",
+    "CATCH_UP_SPREAD_SECONDS",
     "COUNTER_KEEP_SECONDS",
     "DEFAULT_BUNDLE_MAX_BYTES",
     "DEFAULT_BUNDLE_MAX_MESSAGES",
@@ -93,6 +94,7 @@ __all__ = [
     "ENV_SCHEDULER_PAGE_ITEMS",
     "ENV_SHARDS",
     "ENV_STATS_FLUSH_MESSAGES",
+    "ENV_STRICT_CAPS",
     "ENV_TABLE_NAME",
     "ENV_TARGET_OUTAGE_MAX_SECONDS",
     "ENV_TENANT_LIMITS",
@@ -195,6 +197,7 @@ ENV_DIRECT_WINDOW_MS: Final = "DELAYQ_DIRECT_WINDOW_MS"
 ENV_DELIVERY_LOG_RATE: Final = "DELAYQ_DELIVERY_LOG_RATE"
 ENV_TENANT_LIMITS: Final = "DELAYQ_TENANT_LIMITS"
 ENV_PENDING_COUNTS: Final = "DELAYQ_PENDING_COUNTS"
+ENV_STRICT_CAPS: Final = "DELAYQ_STRICT_CAPS"
 ENV_DELAY_QUEUE_HIGH_URL: Final = "DELAYQ_DELAY_QUEUE_HIGH_URL"
 ENV_DELAY_QUEUE_LOW_URL: Final = "DELAYQ_DELAY_QUEUE_LOW_URL"
 ENV_AWS_REGION: Final = "AWS_REGION"
@@ -397,6 +400,10 @@ COUNTER_KEEP_SECONDS: Final = 24 * 3600
 MAX_RELEASE_SPREAD_SECONDS: Final = 7 * 24 * 3600
 # Past full seconds, release-slot probes skip at most this many seconds at a time.
 RELEASE_PROBE_MAX_STEP: Final = 64
+# The emitter gives a late capped message a new slot within this many seconds of now (SQS's
+# longest DelaySeconds); a tenant whose seconds are all taken that far ahead is tried again
+# later rather than probed further in one batch.
+CATCH_UP_SPREAD_SECONDS: Final = 900
 STATS_PK_PREFIX: Final = "stats#"
 # Pending counts (delayq.pending): one item per release minute and target, in one partition per
 # UTC day, with the messages stored and queued for it and, per delay-topic partition, the

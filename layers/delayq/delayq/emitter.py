@@ -8,6 +8,11 @@ value fetched, produced, and its delivery report checked. An SQS message whose m
 all too early to hold is hidden again (``ChangeMessageVisibility``) and reported as a batch
 item failure, so SQS brings it back later.
 
+A capped tenant's message whose release second has passed (the pipeline catching up after
+an outage or a backlog) takes a new slot from its cap's counters first (``delayq.shaping``):
+it goes now, is held, or goes back to the delay queue until its slot, so a catch-up never
+sends more than the cap in a second. Messages on time make no call for it.
+
 What was not delivered is settled message by message (``delayq.settlement``): put back on the
 delay queue (not due yet, the target unreachable, a refusal below the attempt limit) or
 dead-lettered with its reason (refused too often, unreachable for too long, its payload gone).
@@ -25,6 +30,7 @@ the rest for the delay queue, while there is still time to flush before the dead
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -34,7 +40,7 @@ from typing import Any
 from delayq import buckets
 from delayq import constants as c
 from delayq.clock import Clock, Sleep
-from delayq.envelope import BodyEntry, dead_letter_text, decode_body
+from delayq.envelope import BodyEntry, Envelope, dead_letter_text, decode_body
 from delayq.exceptions import (
     DelayQueueError,
     EnvelopeError,
@@ -50,6 +56,7 @@ from delayq.records import DelayRequest, Reason, RejectedRecord, Rejection
 from delayq.retry import Deadline
 from delayq.settings import Settings
 from delayq.settlement import Retry, after_failure, when_due
+from delayq.shaping import Shaper
 from delayq.stats import DeliveryStats
 from delayq.store import MessageStore
 
@@ -133,13 +140,17 @@ class EmitResult:
     requeued: int = 0  # put back on the delay queue (not due yet, or to be tried again)
     dead_lettered: int = 0  # sent to the dead-letter queue with their reason
     rejected: int = 0
+    # Late messages of capped tenants that their cap moved to a later second (catch-up).
+    cap_held: int = 0
     errors: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class EmitterServices:
     """The adapters the emitter uses. ``dead_letters`` bundles onto the delay queue's
-    dead-letter queue, like ``delay_queue`` onto the delay queue."""
+    dead-letter queue, like ``delay_queue`` onto the delay queue. ``shaper`` holds the
+    release caps while the pipeline catches up (None: no tenant is capped, or
+    ``strict_caps`` is off: nothing to check)."""
 
     delivery: KafkaDelivery
     store: MessageStore
@@ -148,6 +159,7 @@ class EmitterServices:
     rejects: RejectQueue
     payloads: PayloadStore
     stats: DeliveryStats = field(default_factory=DeliveryStats)
+    shaper: Shaper | None = None
 
 
 def emit_batch(
@@ -163,7 +175,7 @@ def emit_batch(
     run = _EmitRun(settings, services, clock, sleep, deadline)
     ready = run.hold_back_early(run.decode_and_screen(messages))
     run.send_rejects()
-    run.produce_at_due(run.drop_cancelled(ready))
+    run.produce_at_due(run.catch_up(run.drop_cancelled(ready)))
     run.settle()
     run.record_stats()
     return run.result
@@ -177,6 +189,11 @@ class _DelayMessage:
     message: QueuedMessage
     entry: BodyEntry
     request: DelayRequest
+
+    def pace(self, slot_ms: int) -> None:
+        """Move it to a later slot of its tenant's cap; a re-send carries the slot."""
+        self.request = dataclasses.replace(self.request, paced_ms=slot_ms)
+        self.entry = BodyEntry(Envelope(self.request).encode(), self.request)
 
 
 @dataclass
@@ -382,6 +399,43 @@ class _EmitRun:
                 self.result.cancelled += 1
             else:
                 keep.append(item)
+        return keep
+
+    def catch_up(self, ready: list[_DelayMessage]) -> list[_DelayMessage]:
+        """Give the capped tenants' messages whose release second has passed a new slot
+        (``Shaper.catch_up``). One in this second goes now, one within the hold is held, a
+        later one goes back to the delay queue carrying its slot: a new SQS message, so a
+        message waiting for its cap never uses up receives towards the dead-letter queue.
+        Where no slot was taken (the counter unreachable), the messages are not produced:
+        they are tried again like any delivery whose dependency is down (fail closed: the
+        cap protects the tenant's consumers exactly while the pipeline catches up)."""
+        shaper = self.services.shaper
+        if shaper is None or not ready:
+            return ready
+        plan = shaper.catch_up([i.request for i in ready], self.clock(), self.deadline)
+        if not plan.slots and not plan.unplaced:
+            return ready
+        now_ms = self.clock()
+        keep: list[_DelayMessage] = []
+        for index, item in enumerate(ready):
+            why = plan.unplaced.get(index)
+            if why is not None:
+                self.fail(item, Undelivered(Failure.UNAVAILABLE, f"release cap: {why}"))
+                continue
+            slot_ms = plan.slots.get(index)
+            if slot_ms is not None:
+                item.pace(slot_ms)
+                if buckets.due_second(slot_ms) > buckets.due_second(now_ms):
+                    self.result.cap_held += 1
+                elif buckets.due_second(slot_ms) < buckets.due_second(now_ms):
+                    # Its second ended while the slot was claimed: produced now, it would
+                    # land in a second that did not count it. It comes back for another.
+                    self.again(item, now_ms)
+                    continue
+            if item.request.release_at_ms - now_ms <= self.settings.max_hold_ms:
+                keep.append(item)
+            else:
+                self.again(item, now_ms)
         return keep
 
     def produce_at_due(self, items: list[_DelayMessage]) -> None:

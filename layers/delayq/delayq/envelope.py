@@ -46,8 +46,8 @@ class Envelope:
 
     def encode(self) -> str:
         """The SQS body (JSON, version 1). ``ts``, ``pb`` (offloaded bytes), ``n`` (refused
-        deliveries), ``rl`` (release time), ``tn`` (tenant), ``pr`` (priority), ``mt`` and ``ms``
-        (the reschedule that moved it) are left out
+        deliveries), ``rl`` (release time), ``pc`` (the emitter's catch-up slot), ``tn``
+        (tenant), ``pr`` (priority), ``mt`` and ``ms`` (the reschedule that moved it) are left out
         when they have their default: readers take the default for a missing one."""
         r = self.request
         body: dict[str, Any] = {
@@ -66,6 +66,7 @@ class Envelope:
             ("pb", r.offloaded_bytes),
             ("n", r.attempts),
             ("rl", r.release_ms),
+            ("pc", r.paced_ms),
             ("mt", r.moved_ts_ms),
         ):
             if number:
@@ -184,6 +185,7 @@ def _request_of(d: Any) -> DelayRequest:
             offloaded_bytes=_count(d, "pb"),
             attempts=_count(d, "n"),
             release_ms=_count(d, "rl"),
+            paced_ms=_count(d, "pc"),
             moved_ts_ms=_count(d, "mt"),
             moved_src=_optional_text(d, "ms", ""),
             tenant=_optional_text(d, "tn", ""),

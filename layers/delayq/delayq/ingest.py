@@ -24,6 +24,7 @@ from delayq import constants as c
 from delayq.clock import Clock, Sleep
 from delayq.direct import DirectServices, deliver_direct, is_direct
 from delayq.exceptions import WatermarkConflictError
+from delayq.limits import TenantLimits
 from delayq.payloads import PayloadStore
 from delayq.pending import PendingCounts, PendingTally
 from delayq.producing import Delivery
@@ -43,7 +44,7 @@ from delayq.records import (
 from delayq.reschedule import reschedule
 from delayq.retry import Deadline
 from delayq.settings import Settings
-from delayq.shaping import Shaper
+from delayq.shaping import Shaper, missed_slot_cap
 from delayq.store import MessageStore, Watermark
 
 __all__ = [
@@ -207,14 +208,20 @@ def _split_direct(
 ) -> tuple[list[DelayRequest], list[DelayRequest]]:
     """``(due within the direct window, the others)``; nothing is direct without the path.
     A reschedule's copy whose value waits in S3 is not direct either: ingest would have no
-    value to produce (the emitter restores it)."""
+    value to produce (the emitter restores it). Nor is a capped tenant's message whose release
+    second has passed (ingest behind): with ``strict_caps`` the emitter gives it a new slot."""
     if services.direct is None or not settings.direct_window_ms:
         return [], requests
     now_ms = clock()
+    limits = settings.limits if settings.strict_caps else TenantLimits()
     direct: list[DelayRequest] = []
     others: list[DelayRequest] = []
     for r in requests:
-        goes_direct = is_direct(r, now_ms, settings) and not r.payload_ref
+        goes_direct = (
+            is_direct(r, now_ms, settings)
+            and not r.payload_ref
+            and missed_slot_cap(r, limits, now_ms) is None
+        )
         (direct if goes_direct else others).append(r)
     return direct, others
 

@@ -117,6 +117,10 @@ class DelayRequest:
     priority: str = c.PRIORITY_NORMAL
     # When its tenant's release-rate cap lets it go (0: at its due time). Never before due.
     release_ms: int = 0
+    # A later slot the emitter took for it from the same cap when it missed its release second
+    # (the pipeline catching up; 0: none). It moves when the message goes, not its lateness,
+    # which still counts from its release.
+    paced_ms: int = 0
     # A copy made by a reschedule: that reschedule record's timestamp and coordinates (0 and
     # empty: not moved). ``ts_ms`` and ``src`` stay the original message's, so a cancel of
     # the original also cancels the copy (``delayq.store.Marker``).
@@ -131,7 +135,7 @@ class DelayRequest:
     @property
     def release_at_ms(self) -> int:
         """When it may be produced: its due time, or the later slot a release cap gave it."""
-        return max(self.due_ms, self.release_ms)
+        return max(self.due_ms, self.release_ms, self.paced_ms)
 
     @property
     def size(self) -> int:

@@ -171,14 +171,17 @@ def emitter_services(settings: Settings) -> EmitterServices:
     """Everything the emitter uses, including the Kafka producer."""
     settings.require("kafka_bootstrap", "delay_dlq_url")
     payloads = payload_store(settings)
+    store = message_store(settings)
+    limited = settings.limits.any
     return EmitterServices(
         delivery=kafka_delivery(settings),
-        store=message_store(settings),
+        store=store,
         delay_queue=delay_queue(settings),
         dead_letters=delay_queue(settings, settings.delay_dlq_url),
         rejects=reject_queue(settings, payloads),
         payloads=payloads,
         stats=DeliveryStats(policy=FlushPolicy(max_messages=settings.stats_flush_messages)),
+        shaper=Shaper(store, settings.limits) if settings.strict_caps and limited else None,
     )
 
 

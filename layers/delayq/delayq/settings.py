@@ -62,6 +62,10 @@ class Settings:
     pending_counts: int = 1
     # JSON, see delayq.limits (empty: no tenant has a limit).
     tenant_limits: str = ""
+    # 1: a capped tenant's message that missed its release second (the pipeline catching up)
+    # takes a new one from the same per-second counters, at the emitter (delayq.shaping); 0:
+    # it goes out as soon as it can, so a catch-up may exceed the cap.
+    strict_caps: int = 1
     # The delay queues of the other priorities (empty: those messages use the normal one).
     delay_queue_high_url: str = ""
     delay_queue_low_url: str = ""
@@ -158,6 +162,8 @@ class Settings:
             problems.append("delivery_log_rate must be 0..1")
         if self.pending_counts not in (0, 1):
             problems.append("pending_counts must be 0 or 1")
+        if self.strict_caps not in (0, 1):
+            problems.append("strict_caps must be 0 or 1")
         return problems
 
     def _kafka_problems(self) -> list[str]:
@@ -291,6 +297,7 @@ _ENV_OF = {
     "delivery_log_rate": c.ENV_DELIVERY_LOG_RATE,
     "pending_counts": c.ENV_PENDING_COUNTS,
     "tenant_limits": c.ENV_TENANT_LIMITS,
+    "strict_caps": c.ENV_STRICT_CAPS,
     "delay_queue_high_url": c.ENV_DELAY_QUEUE_HIGH_URL,
     "delay_queue_low_url": c.ENV_DELAY_QUEUE_LOW_URL,
     "stats_flush_messages": c.ENV_STATS_FLUSH_MESSAGES,

@@ -19,6 +19,14 @@ atomic ``ADD`` per tenant and second touched per batch, only for tenants that ha
 counter an add overshot (several batches at once) grants nothing more: the limit is never
 exceeded, and a retried add only makes it stricter. Each container remembers the last second
 it found full per tenant, so a long burst does not walk over its full seconds again.
+
+**While the pipeline catches up** (after a target outage, behind a backlog), a capped
+tenant's messages whose release second has passed would all go out at once. With
+``strict_caps`` on, the emitter (and ingest's direct path, which leaves such messages to it)
+gives each of them a new slot from the same counters, from the current second on
+(:meth:`Shaper.catch_up`): a second's on-time messages were counted there when they got their
+slots, so the late ones only take the room left, and no second of the emitter's clock gets
+more than the cap. Messages on time make no call: the normal path costs nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from dataclasses import dataclass, field
 
 from delayq import buckets
 from delayq import constants as c
+from delayq.exceptions import DelayQueueError
 from delayq.limits import TenantLimits
 from delayq.records import DelayRequest
 from delayq.retry import Deadline
@@ -37,9 +46,11 @@ from delayq.store import MessageStore
 
 __all__ = [
     "Admission",
+    "CatchUp",
     "Claim",
     "NoReleaseSlotError",
     "Shaper",
+    "missed_slot_cap",
     "release_slots",
 ]
 
@@ -49,7 +60,12 @@ Claim = Callable[[str, int, int], int]
 
 class NoReleaseSlotError(Exception):
     """A release cap cannot place messages within ``MAX_RELEASE_SPREAD_SECONDS`` of their due
-    time: the cap is too low for the traffic (the messages are rejected, never dropped)."""
+    time: the cap is too low for the traffic (the messages are rejected, never dropped).
+    ``last_full`` is the last second the probe found full."""
+
+    def __init__(self, message: str, last_full: int) -> None:
+        super().__init__(message)
+        self.last_full = last_full
 
 
 def release_slots(
@@ -60,6 +76,7 @@ def release_slots(
     per_second: int,
     *,
     first_second: int | None = None,
+    spread: int | None = None,
 ) -> list[tuple[int, int]]:
     """Spread ``count`` messages due in ``due_second`` over the seconds from
     ``first_second`` (default: their due second) on, at most ``per_second`` in each:
@@ -69,15 +86,19 @@ def release_slots(
     seconds at a time), so that a container that has not seen a long burst's full seconds
     finds the first with room in a few hundred claims rather than one per second; a second
     it skips keeps its room for others, so releases come at most that much later, never
-    earlier and never over the cap."""
+    earlier and never over the cap. No slot more than ``spread`` seconds (default
+    ``MAX_RELEASE_SPREAD_SECONDS``) after the due second is taken: :class:`NoReleaseSlotError`
+    then."""
+    spread = c.MAX_RELEASE_SPREAD_SECONDS if spread is None else spread
     slots: list[tuple[int, int]] = []
     second = due_second if first_second is None else max(due_second, first_second)
-    left, step = count, 1
+    left, step, last_full = count, 1, second - 1
     while left:
-        if second - due_second > c.MAX_RELEASE_SPREAD_SECONDS:
+        if second - due_second > spread:
             raise NoReleaseSlotError(
                 f"the release cap of {key.removeprefix(c.RATE_PK_PREFIX)!r} ({per_second}/s)"
-                f" cannot place it within {c.MAX_RELEASE_SPREAD_SECONDS} s of its due time"
+                f" cannot place it within {spread} s of its due time",
+                last_full,
             )
         after = claim(key, second, left)
         granted = max(0, min(left, per_second - (after - left)))
@@ -86,6 +107,7 @@ def release_slots(
             left -= granted
             second, step = second + 1, 1
         else:
+            last_full = second
             second, step = second + step, min(step * 2, c.RELEASE_PROBE_MAX_STEP)
     return slots
 
@@ -100,6 +122,24 @@ class Admission:
     refused: list[tuple[DelayRequest, str]] = field(default_factory=list)
     deferred: int = 0  # over quota, accepted with later release slots
     capped: int = 0  # released after their due time by a release cap
+
+
+def missed_slot_cap(request: DelayRequest, limits: TenantLimits, now_ms: int) -> int | None:
+    """The release cap of ``request``'s tenant when its release second has passed (produced
+    now, it would land in a second whose counter did not count it); None when it is on time
+    or its tenant has no cap."""
+    if buckets.due_second(request.release_at_ms) >= buckets.due_second(now_ms):
+        return None
+    return limits.of(request.owner).release_per_second
+
+
+@dataclass
+class CatchUp:
+    """New release slots for late capped messages (:meth:`Shaper.catch_up`), by their index
+    in the requests given: the start of the second each may go in, or why none was taken."""
+
+    slots: dict[int, int] = field(default_factory=dict)
+    unplaced: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -171,10 +211,7 @@ class Shaper:
         """Give each request a release slot, in due order (ties: ingest order); those that
         get none are refused in ``admission``."""
 
-        def claim(counter: str, second: int, amount: int) -> int:
-            expires = second + c.COUNTER_KEEP_SECONDS
-            return self.store.add_to_counter(f"{counter}#{second}", amount, expires, deadline)
-
+        claim = self._claim(deadline)
         out: list[DelayRequest] = []
         ordered = sorted(requests, key=lambda r: r.due_ms)
         for second, same in itertools.groupby(ordered, key=lambda r: buckets.due_second(r.due_ms)):
@@ -193,6 +230,61 @@ class Shaper:
                 group = group[count:]
                 self._full[key] = max(self._full.get(key, slot - 1), slot - 1)
         return out
+
+    def catch_up(
+        self, requests: Sequence[DelayRequest], now_ms: int, deadline: Deadline
+    ) -> CatchUp:
+        """New slots, from the current second on, for the capped tenants' messages whose
+        release second has passed (:func:`missed_slot_cap`); the others are left out. Per
+        tenant, in release order (ties: the order given), one claim per second with room, on
+        the counters ingest fills: seconds already given to on-time messages keep them, so a
+        late message never pushes one out, and a second never holds more than the cap.
+
+        A tenant whose counter cannot be reached (throttled, the network), or whose seconds
+        are taken for ``CATCH_UP_SPREAD_SECONDS`` ahead, is left in ``unplaced`` with why."""
+        out = CatchUp()
+        late: dict[tuple[str, int], list[int]] = {}
+        for index, request in enumerate(requests):
+            cap = missed_slot_cap(request, self.limits, now_ms)
+            if cap is not None:
+                late.setdefault((request.owner, cap), []).append(index)
+        now_second = buckets.due_second(now_ms)
+        claim = self._claim(deadline)
+        for (tenant, per_second), indexes in late.items():
+            key = f"{c.RATE_PK_PREFIX}{tenant}"
+            indexes.sort(key=lambda i: requests[i].release_at_ms)
+            start = max(now_second, self._full.get(key, now_second - 1) + 1)
+            try:
+                slots = release_slots(
+                    claim,
+                    key,
+                    now_second,
+                    len(indexes),
+                    per_second,
+                    first_second=start,
+                    spread=c.CATCH_UP_SPREAD_SECONDS,
+                )
+            except NoReleaseSlotError as e:
+                self._full[key] = max(self._full.get(key, e.last_full), e.last_full)
+                out.unplaced.update((i, str(e)) for i in indexes)
+                continue
+            except DelayQueueError as e:
+                out.unplaced.update((i, str(e)) for i in indexes)
+                continue
+            placed = iter(indexes)
+            for second, count in slots:
+                out.slots.update((next(placed), second * 1000) for _ in range(count))
+                self._full[key] = max(self._full.get(key, second - 1), second - 1)
+        return out
+
+    def _claim(self, deadline: Deadline) -> Claim:
+        """Claims on the store's counters (``<key>#<second>``, kept a day after it)."""
+
+        def claim(counter: str, second: int, amount: int) -> int:
+            expires = second + c.COUNTER_KEEP_SECONDS
+            return self.store.add_to_counter(f"{counter}#{second}", amount, expires, deadline)
+
+        return claim
 
 
 def _released(request: DelayRequest, slot_second: int) -> DelayRequest:

@@ -104,6 +104,7 @@ def report_emit(
     metrics.add_metric(name="EmitRequeued", unit=MetricUnit.Count, value=result.requeued)
     metrics.add_metric(name="EmitRejected", unit=MetricUnit.Count, value=result.rejected)
     metrics.add_metric(name="EmitFailed", unit=MetricUnit.Count, value=len(result.failed))
+    metrics.add_metric(name="CapHeld", unit=MetricUnit.Count, value=result.cap_held)
     _record_lateness(metrics, result.deliveries)
     report_deliveries(logger, result.deliveries, settings)
     for error in result.errors:
