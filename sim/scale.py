@@ -54,6 +54,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from delayq import constants as c
 from delayq.scheduler import QUERY_CHUNK_SECONDS
 from sim.world import World
 
@@ -204,13 +205,13 @@ class EventSource:
 class Deployment:
     """The deployed settings the model needs (template parameters and layer settings)."""
 
-    shards: int = 16
-    page_items: int = 250
-    lookahead_s: int = 840
-    tick_s: int = 60
-    emit_lead_ms: int = 1500
-    bundle_max_messages: int = 100
-    bundle_max_bytes: int = 64 * 1024
+    shards: int = c.DEFAULT_SHARDS
+    page_items: int = c.DEFAULT_SCHEDULER_PAGE_ITEMS
+    lookahead_s: int = c.DEFAULT_LOOKAHEAD_SECONDS
+    tick_s: int = c.DEFAULT_TICK_SECONDS
+    emit_lead_ms: int = c.DEFAULT_EMIT_LEAD_MS
+    bundle_max_messages: int = c.DEFAULT_BUNDLE_MAX_MESSAGES
+    bundle_max_bytes: int = c.DEFAULT_BUNDLE_MAX_BYTES
     send_workers: int = 8
     scheduler_safety_s: int = 10
     delay_topic_partitions: int = 64
