@@ -3,9 +3,11 @@
 CPU-time ratios (``bench.cpu``) move with whatever else the machine runs; instruction counts
 do not. Each count is a fresh interpreter under ``valgrind --tool=callgrind`` that builds the
 same inputs as ``bench.cpu`` (a handler and its floor, prepared together), runs each once
-untimed (warm-up), then runs one side ``runs`` times (or neither: the baseline). What one
-side's runs executed is its count minus the baseline's, so imports, input building and
-warm-up cancel out; ``PYTHONHASHSEED`` is fixed so that the runs repeat exactly.
+untimed (warm-up), then ``runs`` rounds that prepare a fresh run of both sides, collect
+garbage and release them, calling one side (or neither: the baseline). What one side's calls
+executed is its count minus the baseline's, so imports, input building, warm-up, fresh state
+and collections cancel out, and what is counted is what ``bench.cpu`` times;
+``PYTHONHASHSEED`` is fixed so that the runs repeat.
 
 Callgrind runs code about 50 times slower than the CPU, so the inputs are small. Every
 thread counts: the emitter pair produces to librdkafka's mock cluster, whose broker threads
@@ -42,8 +44,9 @@ _TOTALS = re.compile(r"^(?:summary|totals):\s*(\d+)", re.MULTILINE)
 METHOD: Final = (
     "valgrind --tool=callgrind, instructions executed (Ir, every thread) per message: a fresh "
     "interpreter (PYTHONHASHSEED=0) builds the bench.cpu inputs of a handler and its floor, "
-    "runs each once (warm-up), then runs one side (gc.collect() before each run); minus "
-    "the same process running neither (imports, inputs, warm-up cancel out). Ingest: "
+    "runs each once (warm-up), then rounds that prepare, gc.collect() and release both "
+    "sides and call one; minus the same process calling neither (imports, inputs, warm-up, "
+    "fresh state and collections cancel out: what remains is the timed call). Ingest: "
     "ingest_batch on the in-memory clients vs the ingest floor; emitter: emit_batch "
     "producing with confluent-kafka to librdkafka's mock cluster vs the emitter floor on the "
     "same producer. Ratio = handler instructions per message / floor instructions per "
@@ -230,7 +233,10 @@ def _prepares(pair: str, cfg: InstructionSettings) -> tuple[Mapping[str, Callabl
 
 
 def run_child(pair: str, side: str, runs: int, cfg: InstructionSettings) -> int:
-    """Warm up both sides, then run ``side`` ``runs`` times; returns the messages processed."""
+    """Warm up both sides, then ``runs`` rounds that prepare, collect garbage and release
+    both sides as ``bench.cpu`` does, calling only ``side`` (the baseline calls neither):
+    what a count adds to the baseline is that side's calls alone, as bench.cpu times them.
+    Returns the messages processed."""
     prepares, producer = _prepares(pair, cfg)
     done = 0
     try:
@@ -238,11 +244,14 @@ def run_child(pair: str, side: str, runs: int, cfg: InstructionSettings) -> int:
             warm = prepare()
             warm.call()
             warm.close()
-        for _ in range(runs if side != BASELINE else 0):
-            run = prepares[side]()
-            gc.collect()  # as bench.cpu does before each timed run
-            done += run.call()
-            run.close()
+        for _ in range(runs):
+            for name, prepare in prepares.items():
+                run = prepare()
+                gc.collect()
+                if name == side:
+                    done += run.call()
+                run.close()
+                del run  # freed before the next collection, whichever side ran
     finally:
         if producer is not None:
             producer.flush(30)
