@@ -50,6 +50,23 @@ def _floor_rows(floor: Mapping[str, Any]) -> list[tuple[str, str, str, str, str]
                 sources[name] + (f"; floor {_fmt(rate)}/s here" if rate else ""),
             )
         )
+    counted = floor.get("instructions") or {}
+    for name in ("ingest", "emitter"):
+        if name not in counted:
+            continue
+        ratio = counted[name]
+        per = (counted.get("per_message") or {}).get(name) or {}
+        rows.append(
+            (
+                f"{name} instructions vs its floor (machine-independent)",
+                "n/a" if ratio is None else f"{ratio:.2f}x",
+                f"<= {floor['goal']:g}x floor",
+                "" if ratio is None else _verdict(ratio <= floor["goal"]),
+                (counted.get("skipped") or {}).get(name)
+                or f"valgrind callgrind, same inputs; {_fmt(per.get('handler'))} vs "
+                f"{_fmt(per.get('floor'))} instructions per message",
+            )
+        )
     return rows
 
 
@@ -272,6 +289,9 @@ def _details(doc: Mapping[str, Any]) -> list[str]:
         )
         out += [f"      {line}" for line in d.get("profile", [])[:10]]
     out += [f"  CPU vs floor: {f['method']}" for f in [doc.get("cpu_vs_floor")] if f]
+    counted = (doc.get("cpu_vs_floor") or {}).get("instructions")
+    if counted:
+        out.append(f"  instructions vs floor: {counted['method']}")
     for name, h in cpu["handlers_with_telemetry"].items():
         out.append(
             f"    {name} handler with Powertools telemetry: {h['messages_per_second']:,.0f}/s, "

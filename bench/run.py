@@ -13,6 +13,7 @@ from typing import Any, TextIO
 from bench import calls as calls_mod
 from bench import cost as cost_mod
 from bench import cpu as cpu_mod
+from bench import instructions as instructions_mod
 from bench import items as items_mod
 from bench import memory as memory_mod
 from bench.burst import (
@@ -41,6 +42,9 @@ class Options:
 
     out: Path = Path("results")
     cpu: cpu_mod.CpuSettings = field(default_factory=cpu_mod.CpuSettings)
+    instructions: instructions_mod.InstructionSettings = field(
+        default_factory=instructions_mod.InstructionSettings
+    )
     calls: calls_mod.CallSettings = field(default_factory=calls_mod.CallSettings)
     handler_batches: tuple[int, int] = (50, 50)
     item_variants: int = 1024
@@ -55,6 +59,7 @@ class Options:
 
 QUICK = Options(
     cpu=cpu_mod.QUICK_CPU,
+    instructions=instructions_mod.QUICK_INSTRUCTIONS,
     calls=calls_mod.QUICK_CALLS,
     handler_batches=(2, 1),
     item_variants=64,
@@ -90,6 +95,14 @@ def _items_and_memory(options: Options, out: TextIO) -> tuple[dict[str, Any], di
     return items, memory
 
 
+def _instructions(options: Options, vs_floor: cpu_mod.FloorComparison, out: TextIO) -> None:
+    """The floor ratios in instructions (callgrind), kept with the CPU-time ratios."""
+    t = _step(out, "instructions against each handler's floor (valgrind callgrind)")
+    counted = instructions_mod.measure_instructions(options.instructions)
+    vs_floor.instructions = counted.as_dict()
+    out.write(f"   {instructions_mod.summary(counted)} ({time.monotonic() - t:.0f} s)\n")
+
+
 def run(options: Options, out: TextIO = sys.stderr) -> dict[str, Any]:
     """Every figure; the document written to bench.json."""
     machine = describe()
@@ -109,6 +122,8 @@ def run(options: Options, out: TextIO = sys.stderr) -> dict[str, Any]:
         )
         + f" ({time.monotonic() - t:.0f} s)\n"
     )
+
+    _instructions(options, vs_floor, out)
 
     t = _step(out, "requests per message (in-memory clients)")
     call_figures = calls_mod.measure_calls(options.calls, workload)

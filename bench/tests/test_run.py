@@ -38,6 +38,14 @@ def test_bench_runs_end_to_end_with_tiny_inputs(tmp_path: Path) -> None:
     assert 0 < by[("three", 1000)] < by[("three", 100)] < by[("reference", 100)] < 0.1
     assert saved["cpu_messages_per_second"]["emitter"] > 0
     assert {"ingest", "emitter", "method", "goal", "met"} <= set(saved["cpu_vs_floor"])
+    # Instruction counts (callgrind) next to the time ratios, in the JSON and on the console.
+    counted = saved["cpu_vs_floor"]["instructions"]
+    assert counted["skipped"] == {}
+    for name in ("ingest", "emitter"):
+        per = counted["per_message"][name]
+        assert per["handler"] > per["floor"] > 0
+        assert counted[name] == round(per["handler"] / per["floor"], 2)
+        assert f"{name} instructions vs its floor" in console(doc)
     assert (
         saved["cost_usd_per_million"]["step_functions"]
         > saved["cost_usd_per_million"]["eventbridge_scheduler"]

@@ -329,6 +329,17 @@ def test_the_value_does_not_count_toward_the_inline_cap(settings: Settings) -> N
     assert parse(kafka_record(value=value, target="reminders", ms="1"), settings).value == value
 
 
+def test_texts_json_escapes_count_as_escaped_in_a_copy_of_a_measured_request(
+    settings: Settings,
+) -> None:
+    request = parse(kafka_record(target="reminders", ms="1"), settings)
+    measured = estimated_body_bytes(request)  # remembered on ``request``, not on its copies
+    plain, quoted = replace(request, tenant="t_n"), replace(request, tenant='t"n')
+    assert estimated_body_bytes(plain) == measured + len("t_n")  # the empty tenant was ""
+    # The quote is written as two characters (\"): one byte more than the plain tenant.
+    assert estimated_body_bytes(quoted) == estimated_body_bytes(plain) + 1
+
+
 def test_header_names_count_as_escaped_json(settings: Settings) -> None:
     # One control byte is six characters of JSON (\u0001): 11,000 of them exceed 64 KiB.
     record = kafka_record(target="reminders", ms="1", headers=[{"\x01" * 11_000: [1]}])

@@ -232,6 +232,14 @@ def test_internal_topics_are_never_targets_whatever_the_allow_list(topic: str) -
     assert not Settings(allowed_targets=("_*",)).target_allowed(topic)
 
 
+def test_a_remembered_answer_is_one_allow_list_s_not_another_s() -> None:
+    # Answers are cached by topic and allow-list: a topic allowed by one configuration stays
+    # refused by another, whichever asked first.
+    assert Settings(allowed_targets=("orders.*",)).target_allowed("orders.paid")
+    assert not Settings(allowed_targets=("reminders",)).target_allowed("orders.paid")
+    assert Settings(allowed_targets=("orders.*",)).target_allowed("orders.paid")
+
+
 def test_nothing_is_allowed_by_default() -> None:
     assert not Settings().target_allowed("anything")
 

@@ -14,11 +14,15 @@ import binascii
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from delayq import constants as c
 from delayq.exceptions import EnvelopeError
 from delayq.records import DelayRequest, Headers
+
+# Compact JSON: ``json.dumps`` with separators builds a new encoder on every call, and
+# envelopes and stored headers are encoded once per message.
+_COMPACT_JSON: Final = json.JSONEncoder(separators=(",", ":"))
 
 __all__ = [
     "BUNDLE_PREFIX",
@@ -77,7 +81,7 @@ class Envelope:
             body["tn"] = r.tenant
         if r.priority != c.PRIORITY_NORMAL:
             body["pr"] = r.priority
-        return json.dumps(body, separators=(",", ":"))
+        return _COMPACT_JSON.encode(body)
 
     @classmethod
     def decode(cls, body: str) -> Envelope:
@@ -144,7 +148,7 @@ def _bundle_entries(d: Mapping[str, Any]) -> list[BodyEntry]:
         )
     out: list[BodyEntry] = []
     for index, entry in enumerate(messages):
-        text = json.dumps(entry, separators=(",", ":"))
+        text = _COMPACT_JSON.encode(entry)
         try:
             if not isinstance(entry, Mapping) or entry.get("v") != ENVELOPE_VERSION:
                 raise EnvelopeError(f"entry {index} is not a version 1 envelope")
@@ -253,7 +257,7 @@ def dead_letter_text(entry_text: str, reason: str, detail: str, at_ms: int) -> s
     of envelopes ignore the extra key, so a redrive reads it like any other."""
     body = json.loads(entry_text)
     body[DEAD_LETTER_KEY] = {"reason": reason, "detail": detail, "at_ms": at_ms}
-    return json.dumps(body, separators=(",", ":"))
+    return _COMPACT_JSON.encode(body)
 
 
 def dead_letter_of(entry_text: str) -> Mapping[str, Any] | None:
@@ -279,7 +283,7 @@ def _dec(text: Any) -> bytes | None:
 
 def headers_json(headers: Headers) -> str:
     """Headers as stored in DynamoDB (a JSON list of ``[name, base64|null]``)."""
-    return json.dumps([[n, _enc(v)] for n, v in headers], separators=(",", ":"))
+    return _COMPACT_JSON.encode([[n, _enc(v)] for n, v in headers])
 
 
 def headers_from_json(text: str) -> Headers:

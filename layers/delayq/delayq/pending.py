@@ -139,7 +139,9 @@ class PendingTally:
     """What one ingest batch adds to the pending counts, by the record that caused it."""
 
     def __init__(self) -> None:
-        self._entries: dict[_Key, list[_Entry]] = defaultdict(list)
+        # Keyed by the fields of ``_Key`` as a plain tuple (it orders the same): one per
+        # message is built, and a tuple costs a fraction of a frozen dataclass.
+        self._entries: dict[tuple[int, int, str, str], list[_Entry]] = defaultdict(list)
 
     def __bool__(self) -> bool:
         return bool(self._entries)
@@ -162,13 +164,16 @@ class PendingTally:
         item_minute, period = item_of(first, minutes)
         position = source_of(src)
         partition, offset = position if position is not None else ("", -1)
-        self._entries[_Key(item_minute, minutes, r.target, partition)].append(
+        self._entries[(item_minute, minutes, r.target, partition)].append(
             _Entry(offset, period, stored, queued)
         )
 
     def updates(self) -> list[tuple[_Key, list[_Entry]]]:
         """Each item and partition with its records, in key order."""
-        return sorted(self._entries.items(), key=lambda pair: pair[0])
+        return [
+            (_Key(*key), entries)
+            for key, entries in sorted(self._entries.items(), key=lambda pair: pair[0])
+        ]
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
+from functools import cached_property
 from typing import Any
 
 from delayq import constants as c
@@ -137,10 +138,17 @@ class DelayRequest:
         """When it may be produced: its due time, or the later slot a release cap gave it."""
         return max(self.due_ms, self.release_ms, self.paced_ms)
 
-    @property
+    @cached_property
     def size(self) -> int:
-        """Bytes of key, value and headers (what the payload limit counts)."""
+        """Bytes of key, value and headers (what the payload limit counts). Kept once
+        computed: ingest checks it when parsing and stores it with the message."""
         return len(self.key or b"") + len(self.value or b"") + headers_size(self.headers)
+
+    @cached_property
+    def inline_body_bytes(self) -> int:
+        """:func:`estimated_body_bytes` with the value left out (offloaded). Kept once
+        computed: ingest checks it when parsing and again when deciding to offload."""
+        return _inline_body_bytes(self)
 
 
 @dataclass(frozen=True)
@@ -224,26 +232,35 @@ def estimated_body_bytes(request: DelayRequest) -> int:
     """An upper bound of the size of the request's delay-queue envelope
     (``delayq.envelope.Envelope.encode``), without encoding it. It lives here because
     :func:`parse_record` checks it, and the envelope module builds on this one."""
-    return _inline_body_bytes(request) - _json_bytes_len(None) + _json_bytes_len(request.value)
+    return request.inline_body_bytes - _json_bytes_len(None) + _json_bytes_len(request.value)
 
 
 def _inline_body_bytes(request: DelayRequest) -> int:
     """:func:`estimated_body_bytes` of the request with its value left out (offloaded)."""
     header_bytes = sum(_json_text_len(n) + 4 + _json_bytes_len(v) for n, v in request.headers)
+    texts = (
+        request.tenant,
+        request.delay_id,
+        request.target,
+        request.src,
+        request.moved_src,
+        request.payload_ref or "",
+    )
+    joined = "".join(texts)
+    # One scan of all the texts: most have nothing json.dumps escapes.
+    if _JSON_ESCAPED.search(joined) is None:
+        text_bytes = len(joined) + 2 * len(texts)
+    else:
+        text_bytes = sum(_json_text_len(t) for t in texts)
     return (
         # The fixed field names and punctuation, the optional numbers and priority.
         256
         + 4 * 24
         + 16
-        + _json_text_len(request.tenant)
-        + _json_text_len(request.delay_id)
-        + _json_text_len(request.target)
-        + _json_text_len(request.src)
-        + _json_text_len(request.moved_src)
+        + text_bytes
         + _json_bytes_len(request.key)
         + _json_bytes_len(None)
         + header_bytes
-        + _json_text_len(request.payload_ref or "")
     )
 
 
@@ -266,7 +283,7 @@ ControlRequest = DelayRequest | CancelRequest | RescheduleRequest
 
 def parse_record(record: Any, settings: Settings, now_ms: int) -> ControlRequest:
     """Validate one event record; raise :class:`RejectedRecord` with a precise reason."""
-    if not isinstance(record, Mapping):
+    if type(record) is not dict and not isinstance(record, Mapping):
         raise RejectedRecord(Reason.MALFORMED_RECORD, "record is not an object")
     source = _source(record, now_ms)
     headers = _headers(record.get("headers", []))
@@ -298,10 +315,9 @@ def parse_record(record: Any, settings: Settings, now_ms: int) -> ControlRequest
     due_ms = _due_ms(control, source.timestamp_ms)
     _check_delay(due_ms, settings, now_ms)
 
+    coordinates = source.coordinates
     delay_id = (
-        _delay_id(control[c.HEADER_ID], "delay-id")
-        if c.HEADER_ID in control
-        else source.coordinates
+        _delay_id(control[c.HEADER_ID], "delay-id") if c.HEADER_ID in control else coordinates
     )
     request = DelayRequest(
         delay_id,
@@ -310,7 +326,7 @@ def parse_record(record: Any, settings: Settings, now_ms: int) -> ControlRequest
         key,
         value,
         user_headers,
-        source.coordinates,
+        coordinates,
         ts_ms=source.timestamp_ms,
         tenant=_tenant(control.get(c.HEADER_TENANT)),
         priority=_priority(control.get(c.HEADER_PRIORITY)),
@@ -323,7 +339,7 @@ def parse_record(record: Any, settings: Settings, now_ms: int) -> ControlRequest
         )
     # Key and headers stay inline even when the value is offloaded: count them as encoded
     # (base64, JSON escapes), so that a pointer envelope always fits an SQS body.
-    inline = _inline_body_bytes(request)
+    inline = request.inline_body_bytes
     if inline > c.MAX_INLINE_KEY_AND_HEADERS_BYTES:
         raise RejectedRecord(
             Reason.PAYLOAD_TOO_LARGE,
@@ -419,15 +435,17 @@ def _headers(raw: Any) -> Headers:
         raise RejectedRecord(Reason.BAD_HEADERS, "headers is not a list")
     out: list[tuple[str, bytes | None]] = []
     for entry in raw:
-        if not isinstance(entry, Mapping):
+        # The exact type first: isinstance against an ABC costs more than the rest.
+        if type(entry) is not dict and not isinstance(entry, Mapping):
             raise RejectedRecord(Reason.BAD_HEADERS, "a header entry is not an object")
         for name, value in entry.items():
             if not isinstance(name, str) or not name:
                 raise RejectedRecord(Reason.BAD_HEADERS, "a header name is empty")
-            try:
-                name.encode("utf-8")
-            except UnicodeEncodeError as e:
-                raise RejectedRecord(Reason.BAD_HEADERS, "a header name is not UTF-8") from e
+            if not name.isascii():
+                try:
+                    name.encode("utf-8")
+                except UnicodeEncodeError as e:
+                    raise RejectedRecord(Reason.BAD_HEADERS, "a header name is not UTF-8") from e
             out.append((name, _header_value(name, value)))
     return tuple(out)
 

@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from fnmatch import fnmatchcase
+from functools import lru_cache
 from typing import Any
 
 from delayq import constants as c
@@ -192,7 +193,7 @@ class Settings:
 
     def target_allowed(self, topic: str) -> bool:
         """True when the topic matches the allow-list (see `topic_allowed`)."""
-        return topic_allowed(topic, self._patterns)
+        return _topic_allowed_cached(topic, self._patterns)
 
     def require(self, *names: str) -> Settings:
         """Fail at cold start, not mid-batch, when a resource this handler uses is unset."""
@@ -247,6 +248,11 @@ def topic_allowed(topic: str, patterns: Iterable[str]) -> bool:
     if topic.startswith(c.INTERNAL_TOPIC_PREFIX):
         return False
     return any(fnmatchcase(topic, pattern) for pattern in patterns)
+
+
+# Ingest checks the target of every record, and a batch's records share a few targets.
+# Bounded: a producer sending ever new targets cannot grow it.
+_topic_allowed_cached = lru_cache(maxsize=1024)(topic_allowed)
 
 
 def _allow_list_problems(patterns: tuple[str, ...]) -> list[str]:

@@ -111,14 +111,13 @@ def message_item(request: DelayRequest, shards: int, ttl_grace_seconds: int) -> 
     read it.
     """
     # A message a release cap deferred waits in the bucket of its release time.
-    item: Item = {
-        **message_key(request.delay_id, request.release_at_ms, shards),
-        "kind": {"S": c.KIND_MESSAGE},
-        "due_ms": {"N": str(request.due_ms)},
-        "target": {"S": request.target},
-        "size": {"N": str(request.size)},
-        c.ATTR_TTL: {"N": str(buckets.expires_at(request.release_at_ms, ttl_grace_seconds))},
-    }
+    release_at_ms = request.release_at_ms
+    item = message_key(request.delay_id, release_at_ms, shards)
+    item["kind"] = {"S": c.KIND_MESSAGE}
+    item["due_ms"] = {"N": str(request.due_ms)}
+    item["target"] = {"S": request.target}
+    item["size"] = {"N": str(request.size)}
+    item[c.ATTR_TTL] = {"N": str(buckets.expires_at(release_at_ms, ttl_grace_seconds))}
     if request.tenant:
         item[c.ATTR_TENANT] = {"S": request.tenant}
     if request.priority != c.PRIORITY_NORMAL:
@@ -137,9 +136,11 @@ def message_item(request: DelayRequest, shards: int, ttl_grace_seconds: int) -> 
     if request.src != request.delay_id:
         item["src"] = {"S": request.src}
     if request.key is not None:
-        item.update(_packed(c.ATTR_KEY, c.ATTR_KEY_Z, request.key))
+        name, packed = _packed(c.ATTR_KEY, c.ATTR_KEY_Z, request.key)
+        item[name] = packed
     if request.value is not None:
-        item.update(_packed(c.ATTR_VALUE, c.ATTR_VALUE_Z, request.value))
+        name, packed = _packed(c.ATTR_VALUE, c.ATTR_VALUE_Z, request.value)
+        item[name] = packed
     if request.payload_ref:
         item["payload_ref"] = {"S": request.payload_ref}
     return item
@@ -184,15 +185,16 @@ def request_from_item(item: Item) -> DelayRequest:
 _MIN_PACKED_BYTES: Final = 64
 
 
-def _packed(plain: str, compressed: str, raw: bytes) -> Item:
+def _packed(plain: str, compressed: str, raw: bytes) -> tuple[str, Item]:
+    """``(attribute name, typed value)`` of a key or value: compressed when that is smaller."""
     # zlib's default level: at 1 KB it costs ~1 us more than level 1 and saves ~10 B; on
     # larger values every KB saved is a write unit, worth far more than the CPU.
     if len(raw) < _MIN_PACKED_BYTES:
-        return {plain: {"B": raw}}
+        return plain, {"B": raw}
     packed = zlib.compress(raw, c.STORE_ZLIB_LEVEL)
     if len(compressed) + len(packed) < len(plain) + len(raw):
-        return {compressed: {"B": packed}}
-    return {plain: {"B": raw}}
+        return compressed, {"B": packed}
+    return plain, {"B": raw}
 
 
 def _unpacked(item: Item, plain: str, compressed: str) -> bytes | None:
