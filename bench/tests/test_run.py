@@ -7,11 +7,27 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
+from bench.instructions import BASELINE, PAIRS, Count, InstructionSettings
 from bench.results import console, write
 from bench.run import QUICK, run
 
 
-def test_bench_runs_end_to_end_with_tiny_inputs(tmp_path: Path) -> None:
+def fake_count(_valgrind: str, pair: str, side: str, _cfg: InstructionSettings) -> Count:
+    """A callgrind count without callgrind (bench/tests/test_instructions.py runs the real
+    one): the baseline, and 20 messages at 600 (handler) or 200 (floor) instructions each."""
+    if side == BASELINE:
+        return Count(1_000_000, 0)
+    return Count(1_000_000 + 20 * (600 if side == PAIRS[pair][0] else 200), 20)
+
+
+def test_bench_runs_end_to_end_with_tiny_inputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("bench.instructions.count", fake_count)
+    monkeypatch.setattr("bench.instructions.callgrind", lambda: "valgrind")
+    monkeypatch.setattr("bench.instructions._version", lambda _valgrind: "valgrind (fake)")
     options = replace(QUICK, out=tmp_path)
     doc = run(options, out=io.StringIO())
     json_path, md_path = write(doc, tmp_path)
@@ -42,9 +58,8 @@ def test_bench_runs_end_to_end_with_tiny_inputs(tmp_path: Path) -> None:
     counted = saved["cpu_vs_floor"]["instructions"]
     assert counted["skipped"] == {}
     for name in ("ingest", "emitter"):
-        per = counted["per_message"][name]
-        assert per["handler"] > per["floor"] > 0
-        assert counted[name] == round(per["handler"] / per["floor"], 2)
+        assert counted["per_message"][name] == {"handler": 600, "floor": 200}
+        assert counted[name] == 3.0
         assert f"{name} instructions vs its floor" in console(doc)
     assert (
         saved["cost_usd_per_million"]["step_functions"]
