@@ -19,6 +19,7 @@ from bench.reference_mix import DAY_SECONDS, REFERENCE_MIX, VALUE_BYTES, Workloa
 from bench.template import FunctionConfig, deployed
 from delayq import buckets
 from delayq.store import message_item
+from sim import scale
 from sim.scale import DDB_MISSING_KEY_RRU, vcpu_share
 from testkit.aws import item_size, write_units
 from testkit.clock import NOW_MS
@@ -115,13 +116,13 @@ class Assumptions:
     """What the model does not measure. Latencies are in-region p50 guesses for wall time
     spent waiting inside a handler (billed), not figures measured here."""
 
-    ms_dynamodb_batch_write: float = 8.0
-    ms_dynamodb_get: float = 4.0
-    ms_dynamodb_batch_get: float = 6.0
-    ms_dynamodb_query: float = 6.0
-    ms_dynamodb_update: float = 5.0
-    ms_sqs_send_batch: float = 10.0
-    ms_kafka_flush: float = 10.0  # acks=all round trip to MSK for one batch
+    ms_dynamodb_batch_write: float = scale.MS_DYNAMODB_BATCH_WRITE
+    ms_dynamodb_get: float = scale.MS_DYNAMODB_GET
+    ms_dynamodb_batch_get: float = scale.MS_DYNAMODB_BATCH_GET
+    ms_dynamodb_query: float = scale.MS_DYNAMODB_QUERY
+    ms_dynamodb_update: float = scale.MS_DYNAMODB_UPDATE
+    ms_sqs_send_batch: float = scale.MS_SQS_SEND_BATCH
+    ms_kafka_flush: float = scale.MS_KAFKA_FLUSH
     ms_lambda_api_call: float = 20.0  # CreateSchedule / StartExecution, one message per call
     # The emitter's SQS event source: mean messages per ReceiveMessage (at most 10) at
     # 100 M/day. Full receives when the queue releases ~1,000 messages a second.
