@@ -217,3 +217,33 @@ def test_headers_json_is_a_list_of_name_and_base64() -> None:
 @given(headers=st.lists(st.tuples(names, optional_bytes), max_size=10).map(tuple))
 def test_headers_json_round_trips(headers: tuple[tuple[str, bytes | None], ...]) -> None:
     assert headers_from_json(headers_json(headers)) == headers
+
+
+def _encoder_text(headers: tuple[tuple[str, bytes | None], ...]) -> str:
+    """The stored text as json.dumps writes it (what items of every release hold)."""
+    listed = [[n, None if v is None else base64.b64encode(v).decode()] for n, v in headers]
+    return json.dumps(listed, separators=(",", ":"))
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        (),
+        (("trace-id", b"0123456789abcdef"),),
+        (("a", None), ("b", b""), ("c", b"\xff\x00")),
+        (('quo"te', b"x"), ("back\\slash", None)),
+        (("caf\u00e9", b"x"), ("tab\tname", b"y")),
+    ],
+)
+def test_headers_json_is_the_json_encoders_text(
+    headers: tuple[tuple[str, bytes | None], ...],
+) -> None:
+    assert headers_json(headers) == _encoder_text(headers)
+
+
+@PROPERTY
+@given(headers=st.lists(st.tuples(names, optional_bytes), max_size=10).map(tuple))
+def test_headers_json_matches_the_encoder_for_any_names(
+    headers: tuple[tuple[str, bytes | None], ...],
+) -> None:
+    assert headers_json(headers) == _encoder_text(headers)

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from delayq import constants as c
 from delayq.exceptions import EnvelopeError
-from delayq.records import DelayRequest, Headers
+from delayq.records import DelayRequest, Headers, plain_json_text
 
 # Compact JSON: ``json.dumps`` with separators builds a new encoder on every call, and
 # envelopes and stored headers are encoded once per message.
@@ -272,7 +272,8 @@ def dead_letter_of(entry_text: str) -> Mapping[str, Any] | None:
 
 
 def _enc(raw: bytes | None) -> str | None:
-    return None if raw is None else base64.b64encode(raw).decode("ascii")
+    # base64.b64encode without its Python frame.
+    return None if raw is None else binascii.b2a_base64(raw, newline=False).decode("ascii")
 
 
 def _dec(text: Any) -> bytes | None:
@@ -283,6 +284,14 @@ def _dec(text: Any) -> bytes | None:
 
 def headers_json(headers: Headers) -> str:
     """Headers as stored in DynamoDB (a JSON list of ``[name, base64|null]``)."""
+    if all(plain_json_text(n) for n, _ in headers):
+        # The encoder's exact text, built directly: names need no escapes and base64 never
+        # does (an encoder call costs more than the rest of a typical header list).
+        return (
+            "["
+            + ",".join(f'["{n}",null]' if v is None else f'["{n}","{_enc(v)}"]' for n, v in headers)
+            + "]"
+        )
     return _COMPACT_JSON.encode([[n, _enc(v)] for n, v in headers])
 
 

@@ -9,7 +9,6 @@ through the delay queue is :mod:`delayq.envelope`.
 
 from __future__ import annotations
 
-import base64
 import binascii
 import enum
 import json
@@ -39,6 +38,7 @@ __all__ = [
     "headers_size",
     "iter_event_records",
     "parse_record",
+    "plain_json_text",
     "rejection_of",
 ]
 
@@ -216,10 +216,15 @@ def _b64_len(n: int) -> int:
 _JSON_ESCAPED = re.compile(r"[^ !#-\[\]-~]")
 
 
+def plain_json_text(text: str) -> bool:
+    """Whether ``json.dumps`` writes ``text`` as it is, between quotes (nothing to escape)."""
+    return _JSON_ESCAPED.search(text) is None
+
+
 def _json_text_len(text: str) -> int:
     # Exact: json.dumps escapes quotes, backslashes, control characters and non-ASCII (up to
     # 12 characters for one code point); most texts have none of those.
-    if _JSON_ESCAPED.search(text) is None:
+    if plain_json_text(text):
         return len(text) + 2
     return len(json.dumps(text))
 
@@ -422,7 +427,9 @@ def _b64(raw: Any, name: str) -> bytes | None:
     if not isinstance(raw, str):
         raise RejectedRecord(Reason.BAD_BASE64, f"{name} is not a base64 string")
     try:
-        return base64.b64decode(raw, validate=True)
+        # What base64.b64decode(raw, validate=True) does, without its two Python frames (it
+        # raises the same ValueError for a non-ASCII text).
+        return binascii.a2b_base64(raw, strict_mode=True)
     except (binascii.Error, ValueError) as e:
         raise RejectedRecord(Reason.BAD_BASE64, f"{name} is not valid base64: {e}") from e
 
