@@ -280,6 +280,28 @@ def test_message_store_behaves_the_same_on_both(both_dynamodb: tuple[Any, FakeDy
     assert results[0] == results[1] == ({"m-1", "m-7"}, (105, {bucket_key(106, 0): "m-3"}, 110))
 
 
+@pytest.mark.parametrize(
+    ("raw", "size"),
+    [
+        ("0", 2),
+        ("7", 2),
+        ("1000", 2),  # trailing zeros are not significant
+        ("1234567", 5),  # one byte per two significant digits, plus one
+        ("00012", 2),  # nor are leading ones
+        ("-0012.3400", 3),
+        ("+5", 2),
+        ("1784000000123", 8),
+    ],
+)
+def test_number_sizes_count_significant_digits(raw: str, size: int) -> None:
+    assert item_size({"n": {"N": raw}}) == len("n") + size
+
+
+def test_item_size_counts_names_in_utf8_bytes() -> None:
+    item = {"pk": {"S": "p"}, "n\u00e9": {"N": "100"}, "b": {"B": b"xyz"}, "ok": {"BOOL": True}}
+    assert item_size(item) == (2 + 1) + (3 + 2) + (1 + 3) + (2 + 1)
+
+
 def test_capacity_units_follow_the_documented_rules() -> None:
     counter = RequestCounter()
     fake = FakeDynamoDB(counter)
