@@ -292,7 +292,7 @@ def parse_record(record: Any, settings: Settings, now_ms: int) -> ControlRequest
         raise RejectedRecord(Reason.MALFORMED_RECORD, "record is not an object")
     source = _source(record, now_ms)
     headers = _headers(record.get("headers", []))
-    control = _control_headers(headers)
+    control, user_headers = _split_headers(headers)
 
     if c.HEADER_CANCEL in control and c.HEADER_RESCHEDULE in control:
         raise RejectedRecord(Reason.BAD_HEADERS, "delay-cancel and delay-reschedule in one record")
@@ -307,7 +307,6 @@ def parse_record(record: Any, settings: Settings, now_ms: int) -> ControlRequest
 
     key = _b64(record.get("key"), "key")
     value = _b64(record.get("value"), "value")
-    user_headers = tuple((n, v) for n, v in headers if not n.lower().startswith(c.HEADER_PREFIX))
 
     target = control.get(c.HEADER_TARGET, "").strip()
     if not target:
@@ -479,11 +478,16 @@ def _not_bytes(name: str) -> RejectedRecord:
     return RejectedRecord(Reason.BAD_HEADERS, f"header {name!r} has a non-byte value")
 
 
-def _control_headers(headers: Headers) -> dict[str, str]:
+def _split_headers(headers: Headers) -> tuple[dict[str, str], Headers]:
+    """``(control headers by lower-case name, as text; the user headers in order)``, in one
+    pass."""
     control: dict[str, str] = {}
-    for name, value in headers:
+    user: list[tuple[str, bytes | None]] = []
+    for header in headers:
+        name, value = header
         lowered = name.lower()
         if not lowered.startswith(c.HEADER_PREFIX):
+            user.append(header)
             continue
         if lowered in control:
             raise RejectedRecord(Reason.BAD_HEADERS, f"control header {lowered!r} appears twice")
@@ -491,7 +495,7 @@ def _control_headers(headers: Headers) -> dict[str, str]:
             control[lowered] = (value or b"").decode("utf-8")
         except UnicodeDecodeError as e:
             raise RejectedRecord(Reason.BAD_HEADERS, f"header {lowered!r} is not UTF-8") from e
-    return control
+    return control, tuple(user)
 
 
 def _delay_id(raw: str, header: str) -> str:
