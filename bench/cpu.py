@@ -10,13 +10,16 @@ one untimed warm-up run precedes the timed ones, and the median run is reported.
 
 from __future__ import annotations
 
+import argparse
 import cProfile
 import dataclasses
 import gc
 import io
+import json
 import pstats
 import random
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -24,6 +27,7 @@ from typing import Any, Final
 
 from bench import floor
 from bench.harness import InMemoryPipeline, bench_settings
+from bench.instructions import measure_instructions
 from bench.reference_mix import (
     REFERENCE_MIX,
     VALUE_BYTES,
@@ -468,11 +472,7 @@ def measure_with_floor(
     figures: dict[str, CpuFigure] = {}
     skipped: dict[str, str] = {}
 
-    ingest_prepare, ingest_in = prepare_ingest(cfg)
-    ingest_floor_prepare, requests = prepare_ingest_floor(cfg)
-    ingest_t = _measure_interleaved(
-        {"handler": ingest_prepare, "floor": ingest_floor_prepare}, cfg.repeats
-    )
+    ingest_t, ingest_prepare, ingest_in, requests = _time_ingest(cfg)
     figures["ingest"] = _figure(
         "ingest", ingest_t["handler"], ingest_in, TARGET_PER_SECOND, cfg.repeats
     )
@@ -512,6 +512,50 @@ def measure_with_floor(
 
     comparison = _comparison(ingest_t, emitter_t, len(requests), skipped)
     return figures, comparison
+
+
+def _time_ingest(
+    cfg: CpuSettings,
+) -> tuple[dict[str, _Timings], Callable[[], _Run], dict[str, Any], list[floor.CapturedRequest]]:
+    """Ingest and its floor timed interleaved; with the handler's prepare, its inputs and the
+    requests the floor serialises."""
+    ingest_prepare, ingest_in = prepare_ingest(cfg)
+    ingest_floor_prepare, requests = prepare_ingest_floor(cfg)
+    timings = _measure_interleaved(
+        {"handler": ingest_prepare, "floor": ingest_floor_prepare}, cfg.repeats
+    )
+    return timings, ingest_prepare, ingest_in, requests
+
+
+def ingest_against_floor(cfg: CpuSettings) -> dict[str, Any]:
+    """Only ingest against its floor, timed exactly as :func:`measure_with_floor` times them
+    (the ingest rows of ``make bench`` in a minute rather than the whole run)."""
+    timings, _, _, requests = _time_ingest(cfg)
+    handler, fl = timings["handler"], timings["floor"]
+    return {
+        "ingest": _round(floor.ratio(_per_message(handler), _per_message(fl))),
+        "handler_messages_per_second": round(statistics.median(handler.rates)),
+        "floor_messages_per_second": round(statistics.median(fl.rates)),
+        "handler_cpu_seconds_per_run": [round(c, 4) for c in handler.cpus],
+        "floor_cpu_seconds_per_run": [round(c, 4) for c in fl.cpus],
+        "messages_per_run": handler.messages,
+        "requests_serialised_per_run": len(requests),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m bench.cpu [--instructions]``: ingest's CPU against its floor, and with
+    ``--instructions`` its instruction counts (bench.instructions), printed as JSON."""
+    parser = argparse.ArgumentParser(prog="python -m bench.cpu", description=main.__doc__)
+    parser.add_argument("--repeats", type=int, default=CpuSettings.repeats)
+    parser.add_argument("--batches", type=int, default=CpuSettings.ingest_batches)
+    parser.add_argument("--instructions", action="store_true", help="also count (callgrind)")
+    args = parser.parse_args(argv)
+    cfg = CpuSettings(ingest_batches=args.batches, repeats=args.repeats)
+    out = ingest_against_floor(cfg)
+    if args.instructions:
+        out["instructions"] = measure_instructions(pairs=("ingest",)).as_dict()
+    sys.stdout.write(json.dumps(out, indent=1) + "\n")
 
 
 def _comparison(
@@ -559,3 +603,7 @@ def _comparison(
         skipped=skipped,
     )
     return comparison
+
+
+if __name__ == "__main__":
+    main()

@@ -11,6 +11,7 @@ from bench import cpu, floor
 from bench.harness import InMemoryPipeline
 from bench.reference_mix import delay_request
 from bench.results import _floor_rows
+from bench.tests.test_run import fake_count
 from delayq.envelope import Envelope, encode_bundle
 from testkit.clock import NOW_MS
 from testkit.kafka import FakeProducer, ProducedRecord
@@ -116,3 +117,19 @@ def test_measure_with_floor_reports_ratios_and_keys() -> None:
         "emitter CPU vs its floor (machine-independent)",
     ]
     assert [r[2] for r in floor_rows] == ["<= 3x floor", "<= 3x floor"]
+
+
+def test_python_m_bench_cpu_prints_ingest_against_its_floor(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("bench.instructions.count", fake_count)
+    monkeypatch.setattr("bench.instructions.callgrind", lambda: "valgrind")
+    monkeypatch.setattr("bench.instructions._version", lambda _valgrind: "valgrind (fake)")
+    cpu.main(["--repeats", "2", "--batches", "1", "--instructions"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["messages_per_run"] == cpu.CpuSettings().ingest_batch_size
+    assert len(out["handler_cpu_seconds_per_run"]) == len(out["floor_cpu_seconds_per_run"]) == 2
+    assert out["requests_serialised_per_run"] > 0
+    assert out["ingest"] > 1  # the handler does more than its floor
+    assert out["instructions"]["ingest"] == 3.0  # 600 vs 200 instructions a message
+    assert out["instructions"]["per_message"]["ingest"] == {"handler": 600, "floor": 200}
