@@ -239,10 +239,14 @@ class PendingCounts:
         """Add the entries; ``guard`` is (the batch's first offset of the key's partition, the
         offset read as counted or None for the first try) and makes the update count each
         record once."""
-        sums: dict[str, int] = defaultdict(int)
+        # Summed per period first: one attribute name per period, not per record.
+        stored: dict[int, int] = defaultdict(int)
+        queued: dict[int, int] = defaultdict(int)
         for e in entries:
-            sums[f"{c.ATTR_PENDING_STORED}{e.period}"] += e.stored
-            sums[f"{c.ATTR_PENDING_QUEUED}{e.period}"] += e.queued
+            stored[e.period] += e.stored
+            queued[e.period] += e.queued
+        sums = {f"{c.ATTR_PENDING_STORED}{p}": n for p, n in stored.items()}
+        sums.update((f"{c.ATTR_PENDING_QUEUED}{p}", n) for p, n in queued.items())
         adds = {name: n for name, n in sorted(sums.items()) if n}
         if not adds:  # nothing to add (later offsets are above it anyway)
             return 0
