@@ -10,16 +10,13 @@ one untimed warm-up run precedes the timed ones, and the median run is reported.
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import dataclasses
 import gc
 import io
-import json
 import pstats
 import random
 import statistics
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -27,7 +24,6 @@ from typing import Any, Final
 
 from bench import floor
 from bench.harness import InMemoryPipeline, bench_settings
-from bench.instructions import measure_instructions
 from bench.reference_mix import (
     REFERENCE_MIX,
     VALUE_BYTES,
@@ -529,7 +525,7 @@ def _time_ingest(
 
 def ingest_against_floor(cfg: CpuSettings) -> dict[str, Any]:
     """Only ingest against its floor, timed exactly as :func:`measure_with_floor` times them
-    (the ingest rows of ``make bench`` in a minute rather than the whole run)."""
+    (the ingest rows of ``make bench`` in a minute: ``python -m bench.ingest_ratio``)."""
     timings, _, _, requests = _time_ingest(cfg)
     handler, fl = timings["handler"], timings["floor"]
     return {
@@ -541,21 +537,6 @@ def ingest_against_floor(cfg: CpuSettings) -> dict[str, Any]:
         "messages_per_run": handler.messages,
         "requests_serialised_per_run": len(requests),
     }
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m bench.cpu [--instructions]``: ingest's CPU against its floor, and with
-    ``--instructions`` its instruction counts (bench.instructions), printed as JSON."""
-    parser = argparse.ArgumentParser(prog="python -m bench.cpu", description=main.__doc__)
-    parser.add_argument("--repeats", type=int, default=CpuSettings.repeats)
-    parser.add_argument("--batches", type=int, default=CpuSettings.ingest_batches)
-    parser.add_argument("--instructions", action="store_true", help="also count (callgrind)")
-    args = parser.parse_args(argv)
-    cfg = CpuSettings(ingest_batches=args.batches, repeats=args.repeats)
-    out = ingest_against_floor(cfg)
-    if args.instructions:
-        out["instructions"] = measure_instructions(pairs=("ingest",)).as_dict()
-    sys.stdout.write(json.dumps(out, indent=1) + "\n")
 
 
 def _comparison(
@@ -603,7 +584,3 @@ def _comparison(
         skipped=skipped,
     )
     return comparison
-
-
-if __name__ == "__main__":
-    main()

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bench import cpu, floor
+from bench import cpu, floor, ingest_ratio
 from bench.harness import InMemoryPipeline
 from bench.reference_mix import delay_request
 from bench.results import _floor_rows
@@ -119,13 +119,13 @@ def test_measure_with_floor_reports_ratios_and_keys() -> None:
     assert [r[2] for r in floor_rows] == ["<= 3x floor", "<= 3x floor"]
 
 
-def test_python_m_bench_cpu_prints_ingest_against_its_floor(
+def test_python_m_bench_ingest_ratio_prints_ingest_against_its_floor(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("bench.instructions.count", fake_count)
     monkeypatch.setattr("bench.instructions.callgrind", lambda: "valgrind")
     monkeypatch.setattr("bench.instructions._version", lambda _valgrind: "valgrind (fake)")
-    cpu.main(["--repeats", "2", "--batches", "1", "--instructions"])
+    ingest_ratio.main(["--repeats", "2", "--batches", "1", "--instructions"])
     out = json.loads(capsys.readouterr().out)
     assert out["messages_per_run"] == cpu.CpuSettings().ingest_batch_size
     assert len(out["handler_cpu_seconds_per_run"]) == len(out["floor_cpu_seconds_per_run"]) == 2
