@@ -31,7 +31,7 @@ class FunctionConfig:
         default_factory=lambda: {
             "ingest": 512,
             "timer": 256,
-            "scheduler": 1024,
+            "scheduler": 1769,
             "emitter": 256,
             "cleanup": 512,
         }

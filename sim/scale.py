@@ -229,7 +229,7 @@ class Deployment:
     table_warm_write_units: int = DDB_NEW_ON_DEMAND_TABLE_WRU
     account_concurrency: int = LAMBDA_DEFAULT_ACCOUNT_CONCURRENCY
     memory_mb: Mapping[str, int] = field(
-        default_factory=lambda: {"ingest": 512, "scheduler": 1024, "emitter": 256}
+        default_factory=lambda: {"ingest": 512, "scheduler": 1769, "emitter": 256}
     )
     scheduler_timeout_s: int = 60
     sources: Mapping[str, EventSource] = field(

@@ -15,14 +15,21 @@ from bench.template import FunctionConfig
 MESSAGES = 1_000_000
 
 
-def inputs(scheduler_cpu_ms_per_message: float = 0.0435) -> dict[str, Any]:
+def inputs(
+    scheduler_cpu_ms_per_message: float = 0.0435, scheduler_memory_mb: int | None = None
+) -> dict[str, Any]:
+    functions = FunctionConfig()
+    if scheduler_memory_mb is not None:
+        functions = replace(
+            functions, memory_mb={**functions.memory_mb, "scheduler": scheduler_memory_mb}
+        )
     costs = scale_costs(
         ingest_cpu_ms_per_batch=6.0,
         scheduler_cpu_ms_per_message=scheduler_cpu_ms_per_message,
         emitter_cpu_ms_per_message=0.06,
         assumptions=Assumptions(),
     )
-    deployment = scale_deployment(bench_settings(), FunctionConfig(), steady_emitter_concurrency=7)
+    deployment = scale_deployment(bench_settings(), functions, steady_emitter_concurrency=7)
     return {"deployment": deployment, "costs": costs, "item_bytes": 722, "wru_per_item": 1}
 
 
@@ -39,7 +46,9 @@ def test_the_burst_model_reports_each_stage_from_a_run() -> None:
 
 
 def test_a_slow_scheduler_binds_the_burst_and_more_memory_is_the_note() -> None:
-    model = scale_out_model(messages=MESSAGES, **inputs(scheduler_cpu_ms_per_message=1.0))
+    model = scale_out_model(
+        messages=MESSAGES, **inputs(scheduler_cpu_ms_per_message=1.0, scheduler_memory_mb=1024)
+    )
     scheduler = model.stages[1]
     assert scheduler.bound_by.startswith("its CPU")
     assert (scheduler.finished_s or 0) > 0  # the last of the burst reaches SQS after due
@@ -47,7 +56,9 @@ def test_a_slow_scheduler_binds_the_burst_and_more_memory_is_the_note() -> None:
 
 
 def test_a_slow_scheduler_binds_the_bystanders_and_its_memory_lifts_it() -> None:
-    aws = aws_scale_model(messages=MESSAGES, **inputs(scheduler_cpu_ms_per_message=1.0))
+    aws = aws_scale_model(
+        messages=MESSAGES, **inputs(scheduler_cpu_ms_per_message=1.0, scheduler_memory_mb=1024)
+    )
     before = aws["goals"][0]
     assert not before["met"]
     assert before["bound_by"].startswith("the scheduler: its CPU")

@@ -20,6 +20,7 @@ from delayq.constants import DEFAULT_EMIT_LEAD_MS
 from delayq.settings import Settings
 from delayq_reports.options import DeliveryReportOptions
 from sim.functions import TIMEOUT_S
+from sim.scale import LAMBDA_FULL_VCPU_MB
 from sim.sources import stream
 from tests.template.conftest import FUNCTIONS, ROOT
 
@@ -397,6 +398,13 @@ def test_scheduler_consumes_the_tick_queue_one_tick_at_a_time(resources: dict[st
     assert source["Queue"] == arn_of("TickQueue")
     assert source["BatchSize"] == 1
     assert source["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+
+
+def test_scheduler_has_a_whole_vcpu(resources: dict[str, Any]) -> None:
+    # One invocation at a time sends every due-second in order: below one vCPU a burst's
+    # scheduling time is what everyone due after it waits for (make bench's AWS-scale model).
+    memory = resources["SchedulerFunction"]["Properties"]["MemorySize"]
+    assert memory == LAMBDA_FULL_VCPU_MB
 
 
 def test_emitter_batching_window_fits_inside_the_emit_lead(
