@@ -87,9 +87,11 @@ class World:
     _paused: set[_Task] = field(default_factory=set)
     _stopping: bool = False
     _until: int = 0  # the end of the current run_until
+    _random: Callable[[], float] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
+        self._random = self.rng.random  # chance() draws half a million times a seed
 
     # --- time and events ------------------------------------------------------------------
 
@@ -116,8 +118,8 @@ class World:
         self.history.append(f"{self.now_ms} {text}")
 
     def chance(self, probability: float, fault: str) -> bool:
-        """Draw a fault; count it when it happens."""
-        if probability <= 0 or self.rng.random() >= probability:
+        """Draw a fault; count it when it happens (no draw when it cannot happen)."""
+        if probability <= 0 or self._random() >= probability:
             return False
         self.faults[fault] += 1
         return True
