@@ -137,7 +137,7 @@ class ReplicatedDynamoDB:
             consistent = bool(kwargs.get("ConsistentRead"))
         pk = _read_key(name, kwargs)
         if pk is not None:
-            self.budget.admit("read", [pk], name)
+            self.budget.admit("read", (pk,), name)
         if not consistent and self.knobs.stale_read_ms:
             self.world.faults["dynamodb-stale-read"] += 1
             answer = getattr(self.replica, name)(**kwargs)

@@ -236,7 +236,7 @@ class Faulty:
             self._ledger,
         )
         chance, endpoint = world.chance, self._endpoint
-        low, high = knobs.latency_ms
+        latency = world.draw_between(*knobs.latency_ms)
         call_name = f"{service}.{name}"
         operation = "".join(part.capitalize() for part in name.split("_"))
         throttled = f"{service}-throttled"
@@ -246,7 +246,7 @@ class Faulty:
         partial = self._partial_of(name, method)
 
         def answer(invocation: Invocation | None, kwargs: dict[str, Any]) -> Any:
-            world.pause(world.rng.randint(low, high))
+            world.pause(latency())
             world.check_alive()
             if invocation is not None:
                 if chance(crash_before, "crash"):

@@ -20,6 +20,7 @@ import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Final
 
 from greenlet import greenlet  # type: ignore[import-untyped]  # no stubs published
@@ -123,6 +124,16 @@ class World:
             return False
         self.faults[fault] += 1
         return True
+
+    def draw_between(self, low: int, high: int) -> Callable[[], int]:
+        """``rng.randint(low, high)`` as a function of no argument, drawing exactly as it
+        draws (``randint`` is ``low + _randbelow(high - low + 1)``, after checks made once
+        here): every simulated call draws its latency."""
+        if not (isinstance(low, int) and isinstance(high, int) and high >= low):
+            return partial(self.rng.randint, low, high)  # randint's own errors, each draw
+        below = self.rng._randbelow  # type: ignore[attr-defined]  # CPython's, no stub
+        width = high - low + 1
+        return lambda: low + below(width)
 
     # --- invocations ----------------------------------------------------------------------
 
