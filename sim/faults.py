@@ -226,8 +226,8 @@ class Faulty:
         return call
 
     def _api(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
-        """The wrapper of one API call: what :meth:`_answer` does, in this order, with what
-        depends only on ``name`` worked out once."""
+        """The wrapper of one API call, with what depends only on ``name`` and the knobs
+        worked out once. Each fault is drawn as :meth:`World.chance` draws it, inline."""
         world, knobs, service, guard, ledger = (
             self._world,
             self._knobs,
@@ -235,49 +235,54 @@ class Faulty:
             self._guard,
             self._ledger,
         )
-        chance, endpoint = world.chance, self._endpoint
+        random, faults, endpoint = world.rng.random, world.faults, self._endpoint
         latency = world.draw_between(*knobs.latency_ms)
         call_name = f"{service}.{name}"
         operation = "".join(part.capitalize() for part in name.split("_"))
         throttled = f"{service}-throttled"
+        # Each knob, and whether World.chance would draw for it at all (not when <= 0).
         crash_before, crash_after = knobs.crash_before_call, knobs.crash_after_call
         throttle, network_error = knobs.throttle, knobs.network_error
         response_lost = knobs.response_lost
+        draw_crash_before, draw_crash_after = not crash_before <= 0, not crash_after <= 0
+        draw_throttle, draw_network_error = not throttle <= 0, not network_error <= 0
+        draw_response_lost = not response_lost <= 0
         partial = self._partial_of(name, method)
-
-        def answer(invocation: Invocation | None, kwargs: dict[str, Any]) -> Any:
-            world.pause(latency())
-            world.check_alive()
-            if invocation is not None:
-                if chance(crash_before, "crash"):
-                    raise Crash(f"crash before {call_name}")
-                if guard is not None:  # IAM first: a call the role does not grant is refused
-                    denial = guard.check(invocation.function, service, operation, kwargs)
-                    if denial is not None:
-                        world.faults["iam-denied"] += 1
-                        raise access_denied(service, operation, str(denial))
-            if chance(throttle, throttled):
-                raise _throttled(service, name)
-            if chance(network_error, "network-error"):
-                raise EndpointConnectionError(endpoint_url=endpoint)
-            result = partial(kwargs) if partial is not None else method(**kwargs)
-            if chance(response_lost, "response-lost"):
-                raise ReadTimeoutError(endpoint_url=endpoint)
-            if invocation is not None and chance(crash_after, "crash"):
-                raise Crash(f"crash after {call_name}")
-            return result
 
         def call(**kwargs: Any) -> Any:
             invocation = world.invocation
-            if invocation is None:
-                return answer(None, kwargs)
-            ledger.called(invocation, call_name)
+            if invocation is not None:
+                ledger.called(invocation, call_name)
             try:
-                return answer(invocation, kwargs)
+                world.pause(latency())
+                world.check_alive()
+                if invocation is not None:
+                    if draw_crash_before and not random() >= crash_before:
+                        faults["crash"] += 1
+                        raise Crash(f"crash before {call_name}")
+                    if guard is not None:  # IAM first: a call the role does not grant is refused
+                        denial = guard.check(invocation.function, service, operation, kwargs)
+                        if denial is not None:
+                            faults["iam-denied"] += 1
+                            raise access_denied(service, operation, str(denial))
+                if draw_throttle and not random() >= throttle:
+                    faults[throttled] += 1
+                    raise _throttled(service, name)
+                if draw_network_error and not random() >= network_error:
+                    faults["network-error"] += 1
+                    raise EndpointConnectionError(endpoint_url=endpoint)
+                result = partial(kwargs) if partial is not None else method(**kwargs)
+                if draw_response_lost and not random() >= response_lost:
+                    faults["response-lost"] += 1
+                    raise ReadTimeoutError(endpoint_url=endpoint)
+                if invocation is not None and draw_crash_after and not random() >= crash_after:
+                    faults["crash"] += 1
+                    raise Crash(f"crash after {call_name}")
             except (ClientError, EndpointConnectionError, ReadTimeoutError) as e:
-                if _transient(e):
+                if invocation is not None and _transient(e):
                     ledger.failed(invocation, call_name, world.now_ms, e)
                 raise
+            return result
 
         return call
 
