@@ -2,6 +2,10 @@
 
 Exit status: 0 when no seed broke a guarantee, 1 otherwise (each failing seed prints the one
 command that reproduces it, and the history of the messages that broke).
+
+``python -m sim merge SHARD... --out FILE``: add up the results files of a campaign's chunks
+(each run's file is a shard, :mod:`sim.campaign`); exit status 2 when they cannot be merged
+exactly (other shapes or knobs, overlapping seeds).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from sim.campaign import ShardError, code_version, load, merge, text_of
 from sim.faults import Knobs
 from sim.run import RunResult, Summary, campaign
 from sim.workload import Shape
@@ -33,6 +38,9 @@ def seeds_of(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["merge"]:
+        return merge_main(given[1:])
     parser = argparse.ArgumentParser(prog="python -m sim", description=__doc__)
     parser.add_argument("--seeds", default="0-19", help="seeds to run: 7, 0-99 or 1,5,9-12")
     parser.add_argument(
@@ -66,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         shape = replace(shape, messages=args.messages)
     knobs = Knobs.calm() if args.calm else Knobs()
     seeds = seeds_of(args.seeds)
-    summary = Summary()
+    summary = Summary(version=code_version())
     print(
         f"simulating {len(seeds)} seeds ({shape.messages} requests each, {args.workers} workers)",
         file=sys.stderr,
@@ -82,6 +90,33 @@ def main(argv: list[str] | None = None) -> int:
             args.out.write_text(json.dumps(summary.as_dict(shape, knobs), indent=2) + "\n")
     report = summary.as_dict(shape, knobs)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
+    _print_summary(report, args.out)
+    return 1 if summary.failing else 0
+
+
+def merge_main(argv: list[str]) -> int:
+    """``python -m sim merge``: one results file (and summary) of a campaign's shards."""
+    parser = argparse.ArgumentParser(
+        prog="python -m sim merge",
+        description="Merge the results files of a campaign run in chunks (same shape and "
+        "knobs, disjoint seeds) into one, exactly.",
+    )
+    parser.add_argument("shards", type=Path, nargs="+", help="results files of the chunks")
+    parser.add_argument("--out", type=Path, required=True, help="the merged results file")
+    args = parser.parse_args(argv)
+    try:
+        shards = [
+            (path, load(path)) for path in args.shards if path.resolve() != args.out.resolve()
+        ]
+        summary = merge(shards)
+    except ShardError as e:
+        print(f"python -m sim merge: {e}", file=sys.stderr)
+        return 2
+    _, first = shards[0]
+    report = summary.as_dict(first["shape"], first["knobs"])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"merged {len(shards)} shards")
     _print_summary(report, args.out)
     return 1 if summary.failing else 0
 
@@ -145,6 +180,14 @@ def _print_summary(report: dict[str, object], out: Path) -> None:
         f"({steady['messages']} messages): p50 {steady['p50']} ms, p99 {steady['p99']} ms, "
         f"max {steady['max']} ms"
     )
+    code = report["code"]
+    assert isinstance(code, list)
+    versions = "; ".join(
+        f"{text_of(entry['seeds'])} by {str(entry['commit'] or 'unknown code')[:12]}"
+        + (" (with uncommitted changes)" if entry["dirty"] else "")
+        for entry in code
+    )
+    print(f"seeds {text_of(seeds['ranges']) or 'none'}; code: {versions or 'none'}")
     print(f"failing seeds: {report['failing_seeds'] or 'none'}; written {out}")
 
 

@@ -21,9 +21,6 @@ from sim.world import World
 from testkit.aws import FakeDynamoDB, RequestCounter, item_size, read_units, write_units
 from testkit.kafka import FakeProducer, ProducedRecord
 
-_WRITES: Final = frozenset({"put_item", "update_item", "delete_item", "batch_write_item"})
-_READS: Final = frozenset({"get_item", "query", "batch_get_item"})
-
 
 class PartitionBudget:
     """DynamoDB's throughput per partition key: at most ``partition_wcu`` write units and
@@ -41,7 +38,10 @@ class PartitionBudget:
         """Raise the throttling error when any of ``pks`` has spent its ``kind`` budget."""
         self._roll()
         limit = self.knobs.partition_wcu if kind == "write" else self.knobs.partition_rcu
-        if any(self._used.get((kind, pk), 0) >= limit for pk in pks):
+        used = self._used
+        for pk in pks:
+            if used.get((kind, pk), 0) < limit:
+                continue
             self.world.faults["dynamodb-hot-partition"] += 1
             raise ClientError(
                 {
@@ -89,12 +89,28 @@ class ReplicatedDynamoDB:
         """The primary's items."""
         return self.primary.items(name)
 
-    def __getattr__(self, name: str) -> Any:
-        if name in _WRITES:
-            return lambda **kwargs: self._write(name, kwargs)
-        if name in _READS:
-            return lambda **kwargs: self._read(name, kwargs)
-        raise AttributeError(name)
+    # The API: writes go to the primary (and are replayed on the replica), reads as asked.
+
+    def put_item(self, **kwargs: Any) -> Any:
+        return self._write("put_item", kwargs)
+
+    def update_item(self, **kwargs: Any) -> Any:
+        return self._write("update_item", kwargs)
+
+    def delete_item(self, **kwargs: Any) -> Any:
+        return self._write("delete_item", kwargs)
+
+    def batch_write_item(self, **kwargs: Any) -> Any:
+        return self._write("batch_write_item", kwargs)
+
+    def get_item(self, **kwargs: Any) -> Any:
+        return self._read("get_item", kwargs)
+
+    def query(self, **kwargs: Any) -> Any:
+        return self._read("query", kwargs)
+
+    def batch_get_item(self, **kwargs: Any) -> Any:
+        return self._read("batch_get_item", kwargs)
 
     def _write(self, name: str, kwargs: dict[str, Any]) -> Any:
         units = _write_units(name, kwargs)
@@ -121,7 +137,7 @@ class ReplicatedDynamoDB:
             consistent = bool(kwargs.get("ConsistentRead"))
         pk = _read_key(name, kwargs)
         if pk is not None:
-            self.budget.admit("read", [pk], name)
+            self.budget.admit("read", (pk,), name)
         if not consistent and self.knobs.stale_read_ms:
             self.world.faults["dynamodb-stale-read"] += 1
             answer = getattr(self.replica, name)(**kwargs)
@@ -129,7 +145,7 @@ class ReplicatedDynamoDB:
             answer = getattr(self.primary, name)(**kwargs)
         if pk is not None:
             found = answer.get("Items") or ([answer["Item"]] if answer.get("Item") else [])
-            size = sum(item_size(i) for i in found)
+            size = sum(map(item_size, found))
             self.budget.spend("read", pk, read_units(size, consistent))
         return answer
 

@@ -171,7 +171,9 @@ class RetryLedger:
 
     def called(self, invocation: Invocation, call: str) -> None:
         """``invocation`` makes ``call`` (again)."""
-        self._open.get(invocation.number, {}).pop(call, None)
+        left = self._open.get(invocation.number)
+        if left:
+            left.pop(call, None)
 
     def failed(self, invocation: Invocation, call: str, at_ms: int, error: Exception) -> None:
         """The world answered ``call`` with a transient error."""
@@ -191,7 +193,11 @@ class RetryLedger:
 class Faulty:
     """Wraps one in-memory client: each API call a function makes pays a latency (the world
     moves on meanwhile), may die or fail as the knobs say, and is checked against the
-    invocation's timeout."""
+    invocation's timeout.
+
+    Each API name is wrapped once, on its first use (the wrapper then answers attribute
+    lookups directly): the simulation makes some hundred thousand calls a seed, nearly all
+    of them the same few."""
 
     def __init__(
         self,
@@ -215,66 +221,103 @@ class Faulty:
         attr = getattr(self._inner, name)
         if name.startswith("_") or name in _NOT_API or not callable(attr):
             return attr
+        call = self._api(name, attr)
+        self.__dict__[name] = call  # the next lookup of ``name`` finds it without __getattr__
+        return call
+
+    def _api(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        """The wrapper of one API call, with what depends only on ``name`` and the knobs
+        worked out once. Each fault is drawn as :meth:`World.chance` draws it, inline."""
+        world, knobs, service, guard, ledger = (
+            self._world,
+            self._knobs,
+            self._service,
+            self._guard,
+            self._ledger,
+        )
+        random, faults, endpoint = world.rng.random, world.faults, self._endpoint
+        latency = world.draw_between(*knobs.latency_ms)
+        call_name = f"{service}.{name}"
+        operation = "".join(part.capitalize() for part in name.split("_"))
+        throttled = f"{service}-throttled"
+        # Each knob, and whether World.chance would draw for it at all (not when <= 0).
+        crash_before, crash_after = knobs.crash_before_call, knobs.crash_after_call
+        throttle, network_error = knobs.throttle, knobs.network_error
+        response_lost = knobs.response_lost
+        draw_crash_before, draw_crash_after = not crash_before <= 0, not crash_after <= 0
+        draw_throttle, draw_network_error = not throttle <= 0, not network_error <= 0
+        draw_response_lost = not response_lost <= 0
+        partial = self._partial_of(name, method)
 
         def call(**kwargs: Any) -> Any:
-            return self._call(name, attr, kwargs)
+            invocation = world.invocation
+            if invocation is not None:
+                ledger.called(invocation, call_name)
+            try:
+                world.pause(latency())
+                world.check_alive()
+                if invocation is not None:
+                    if draw_crash_before and not random() >= crash_before:
+                        faults["crash"] += 1
+                        raise Crash(f"crash before {call_name}")
+                    if guard is not None:  # IAM first: a call the role does not grant is refused
+                        denial = guard.check(invocation.function, service, operation, kwargs)
+                        if denial is not None:
+                            faults["iam-denied"] += 1
+                            raise access_denied(service, operation, str(denial))
+                if draw_throttle and not random() >= throttle:
+                    faults[throttled] += 1
+                    raise _throttled(service, name)
+                if draw_network_error and not random() >= network_error:
+                    faults["network-error"] += 1
+                    raise EndpointConnectionError(endpoint_url=endpoint)
+                result = partial(kwargs) if partial is not None else method(**kwargs)
+                if draw_response_lost and not random() >= response_lost:
+                    faults["response-lost"] += 1
+                    raise ReadTimeoutError(endpoint_url=endpoint)
+                if invocation is not None and draw_crash_after and not random() >= crash_after:
+                    faults["crash"] += 1
+                    raise Crash(f"crash after {call_name}")
+            except (ClientError, EndpointConnectionError, ReadTimeoutError) as e:
+                if invocation is not None and _transient(e):
+                    ledger.failed(invocation, call_name, world.now_ms, e)
+                raise
+            return result
 
         return call
 
-    def _call(self, name: str, method: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
-        world = self._world
-        invocation = world.invocation
-        if invocation is None:
-            return self._answer(name, method, kwargs)
-        call = f"{self._service}.{name}"
-        self._ledger.called(invocation, call)
-        try:
-            return self._answer(name, method, kwargs)
-        except (ClientError, EndpointConnectionError, ReadTimeoutError) as e:
-            if _transient(e):
-                self._ledger.failed(invocation, call, world.now_ms, e)
-            raise
-
-    def _answer(self, name: str, method: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
-        world, knobs = self._world, self._knobs
-        world.pause(world.rng.randint(*knobs.latency_ms))
-        world.check_alive()
-        if world.invocation is not None and world.chance(knobs.crash_before_call, "crash"):
-            raise Crash(f"crash before {self._service}.{name}")
-        self._authorize(name, kwargs)
-        if world.chance(knobs.throttle, f"{self._service}-throttled"):
-            raise _throttled(self._service, name)
-        if world.chance(knobs.network_error, "network-error"):
-            raise EndpointConnectionError(endpoint_url=self._endpoint)
-        result = self._partial(name, method, kwargs)
-        if world.chance(knobs.response_lost, "response-lost"):
-            raise ReadTimeoutError(endpoint_url=self._endpoint)
-        if world.invocation is not None and world.chance(knobs.crash_after_call, "crash"):
-            raise Crash(f"crash after {self._service}.{name}")
-        return result
-
-    def _authorize(self, name: str, kwargs: Mapping[str, Any]) -> None:
-        """IAM first: a call the function's role does not grant is refused (and recorded)."""
-        invocation = self._world.invocation
-        if self._guard is None or invocation is None:
-            return
-        operation = "".join(part.capitalize() for part in name.split("_"))
-        denial = self._guard.check(invocation.function, self._service, operation, kwargs)
-        if denial is not None:
-            self._world.faults["iam-denied"] += 1
-            raise access_denied(self._service, operation, str(denial))
-
-    def _partial(self, name: str, method: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
-        """A batch call of which some entries are not done (told in the answer)."""
+    def _partial_of(
+        self, name: str, method: Callable[..., Any]
+    ) -> Callable[[dict[str, Any]], Any] | None:
+        """For a batch call: the call that may leave some entries not done (told in the
+        answer); None for the others."""
         world, rate = self._world, self._knobs.partial_batch
-        if name == "send_message_batch" and len(kwargs["Entries"]) > 1:
-            if world.chance(rate, "sqs-failed-entries"):
-                return _failed_entries(world, method, kwargs)
-        elif name == "batch_write_item" and world.chance(rate, "dynamodb-unprocessed"):
-            return _unprocessed_items(world, method, kwargs)
-        elif name == "batch_get_item" and world.chance(rate, "dynamodb-unprocessed"):
-            return _unprocessed_keys(world, method, kwargs)
-        return method(**kwargs)
+
+        if name == "send_message_batch":
+
+            def send_message_batch(kwargs: dict[str, Any]) -> Any:
+                if len(kwargs["Entries"]) > 1 and world.chance(rate, "sqs-failed-entries"):
+                    return _failed_entries(world, method, kwargs)
+                return method(**kwargs)
+
+            return send_message_batch
+        if name == "batch_write_item":
+
+            def batch_write_item(kwargs: dict[str, Any]) -> Any:
+                if world.chance(rate, "dynamodb-unprocessed"):
+                    return _unprocessed_items(world, method, kwargs)
+                return method(**kwargs)
+
+            return batch_write_item
+        if name == "batch_get_item":
+
+            def batch_get_item(kwargs: dict[str, Any]) -> Any:
+                if world.chance(rate, "dynamodb-unprocessed"):
+                    return _unprocessed_keys(world, method, kwargs)
+                return method(**kwargs)
+
+            return batch_get_item
+        return None
 
 
 def _failed_entries(world: World, method: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:

@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Final
 
-from delayq_local.iam import Account, IamGuard, guard_of, role_documents
+from delayq_local.iam import Account, Denial, IamGuard, Policy, requests_for, role_documents
 from delayq_local.intrinsics import Resolver
 from delayq_local.provision import default_name
 from delayq_local.template import Template, load_template
@@ -79,6 +79,57 @@ class _Names:
         return f"arn:aws:{service}:{REGION}:{ACCOUNT}:{logical_id}/{attribute}"
 
 
+class SimGuard(IamGuard):
+    """The local stack's guard, with its decisions on Query calls remembered where they
+    cannot depend on the call's key.
+
+    Nearly every call of a run is the scheduler's Query of one second's partition. A Query is
+    evaluated as one request: ``dynamodb:Query`` on the table (or index), with the partition
+    key its key condition binds as ``dynamodb:LeadingKeys``. When no statement of the role
+    that matches that action and resource has a condition, the key cannot change the
+    decision: an allowed Query of a table is then remembered as allowed (by function, table
+    and index), after the guard's own check of the first one. Every call is still checked
+    (a Query's key condition must still bind the partition key) and counted; anything else,
+    a refusal included, goes through :meth:`IamGuard.check` unchanged.
+    """
+
+    def __init__(self, policies: Mapping[str, Policy], where: Account) -> None:
+        super().__init__(policies, where)
+        # (function, table, index) -> whether every such Query is allowed, whatever its key.
+        self._queries: dict[tuple[str, str, Any], bool] = {}
+
+    def check(
+        self, function: str, service: str, operation: str, params: Mapping[str, Any]
+    ) -> Denial | None:
+        """As :meth:`IamGuard.check`."""
+        if operation != "Query" or service != "dynamodb" or function not in self.policies:
+            return super().check(function, service, operation, params)
+        try:
+            key = (function, str(params["TableName"]), params.get("IndexName"))
+            self.where.query_leading_key(params)  # raises where the guard would refuse
+            allowed = self._queries.get(key)
+        except Exception:  # noqa: BLE001 -- the guard's own check says why
+            allowed = False
+        if not allowed:
+            denial = super().check(function, service, operation, params)
+            if allowed is None:
+                self._queries[key] = denial is None and self._keyless(function, params)
+            return denial
+        with self._lock:
+            self._checked += 1
+        return None
+
+    def _keyless(self, function: str, params: Mapping[str, Any]) -> bool:
+        """Whether no statement that could apply to this Query has a condition."""
+        policy = self.policies[function]
+        return not any(
+            statement.conditions
+            for request in requests_for("dynamodb", "Query", params, self.where)
+            for statement in policy.statements
+            if statement.matches(request.action, request.resource)
+        )
+
+
 @dataclass(frozen=True)
 class Roles:
     """The functions' roles as a guard, and the names the simulation must use."""
@@ -121,8 +172,14 @@ def _documents() -> tuple[dict[str, list[Mapping[str, Any]]], dict[str, str]]:
     return policies, refs
 
 
+@cache
+def _policies() -> dict[str, Policy]:
+    """The roles' policies, parsed once per process (a policy only memoises its matching)."""
+    return {function: Policy.of(documents) for function, documents in _documents()[0].items()}
+
+
 def roles() -> Roles:
     """A fresh guard (its denials are this run's) over the template's roles."""
-    policies, refs = _documents()
+    refs = _documents()[1]
     table = refs["MessageTable"]
-    return Roles(guard_of(policies, Account(REGION, ACCOUNT, {table: "pk"})), refs)
+    return Roles(SimGuard(_policies(), Account(REGION, ACCOUNT, {table: "pk"})), refs)

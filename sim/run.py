@@ -11,7 +11,7 @@ import hashlib
 import multiprocessing
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any, Final
@@ -168,7 +168,13 @@ class Summary:
     lateness: Counter[int] = field(default_factory=Counter)
     steady_lateness: Counter[int] = field(default_factory=Counter)
     failing: list[int] = field(default_factory=list)
-    started: float = field(default_factory=time.monotonic)
+    # The code that runs the seeds counted in by add() (sim.campaign.code_version), and the
+    # seeds each code ran, by (commit, dirty).
+    version: dict[str, Any] = field(default_factory=lambda: {"commit": None, "dirty": None})
+    code: dict[tuple[str | None, bool | None], list[int]] = field(default_factory=dict)
+    # Wall seconds: since ``started`` (None: not running), plus those of merged shards.
+    started: float | None = field(default_factory=time.monotonic)
+    wall_s: float = 0.0
 
     def add(self, result: RunResult) -> None:
         """Count one seed in."""
@@ -189,6 +195,64 @@ class Summary:
         self.steady_lateness.update(v.steady_lateness)
         if not result.ok:
             self.failing.append(result.seed)
+        self.code.setdefault((self.version["commit"], self.version["dirty"]), []).append(
+            result.seed
+        )
+
+    @classmethod
+    def from_report(cls, report: Mapping[str, Any]) -> Summary:
+        """The summary a results file (a shard, see :mod:`sim.campaign`) was written from."""
+        outcomes = report["outcomes"]
+        histograms = report["lateness_histogram"]
+        return cls(
+            seeds=seeds_in(report["seeds"]["ranges"]),
+            messages=report["messages"],
+            simulated_ms=report["simulated_ms"],
+            faults=Counter(report["faults"]),
+            violations=Counter(report["violations"]),
+            duplicates=report["duplicates"],
+            unacknowledged=report["unacknowledged"],
+            iam_checked=report["iam_calls_checked"],
+            delivered=outcomes["delivered"],
+            dead_lettered=outcomes["dead_lettered"],
+            cancelled=outcomes["cancelled"],
+            rejected=outcomes["rejected"],
+            lateness=histogram_of(histograms["all"]),
+            steady_lateness=histogram_of(histograms["away_from_outages"]),
+            failing=list(report["failing_seeds"]),
+            code={
+                (entry["commit"], entry["dirty"]): seeds_in(entry["seeds"])
+                for entry in report["code"]
+            },
+            started=None,
+            wall_s=report["wall_seconds"],
+        )
+
+    def absorb(self, other: Summary) -> None:
+        """Count another summary's seeds in (seeds disjoint from these)."""
+        self.seeds.extend(other.seeds)
+        self.messages += other.messages
+        self.simulated_ms += other.simulated_ms
+        self.faults.update(other.faults)
+        self.violations.update(other.violations)
+        self.duplicates += other.duplicates
+        self.unacknowledged += other.unacknowledged
+        self.iam_checked += other.iam_checked
+        self.delivered += other.delivered
+        self.dead_lettered += other.dead_lettered
+        self.cancelled += other.cancelled
+        self.rejected += other.rejected
+        self.lateness.update(other.lateness)
+        self.steady_lateness.update(other.steady_lateness)
+        self.failing = sorted(self.failing + other.failing)
+        for version, seeds in other.code.items():
+            self.code.setdefault(version, []).extend(seeds)
+        self.wall_s += other.wall_seconds()
+
+    def wall_seconds(self) -> float:
+        """Wall time spent on these seeds."""
+        running = time.monotonic() - self.started if self.started is not None else 0.0
+        return self.wall_s + running
 
     @staticmethod
     def lateness_of(histogram: Counter[int]) -> dict[str, int]:
@@ -209,16 +273,20 @@ class Summary:
                     break
         return figures
 
-    def as_dict(self, shape: Shape, knobs: Knobs) -> dict[str, Any]:
-        """The results file."""
+    def as_dict(
+        self, shape: Shape | Mapping[str, Any], knobs: Knobs | Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The results file (``shape`` and ``knobs`` as given, or as a shard recorded them)."""
         return {
             "seeds": {
                 "count": len(self.seeds),
                 "first": min(self.seeds, default=0),
                 "last": max(self.seeds, default=0),
+                "ranges": ranges(self.seeds),
             },
             "messages": self.messages,
             "simulated_hours": round(self.simulated_ms / 3_600_000, 1),
+            "simulated_ms": self.simulated_ms,
             "faults": dict(sorted(self.faults.items())),
             "lost": self.violations["lost"],
             "early": self.violations["early"],
@@ -234,8 +302,47 @@ class Summary:
             },
             "lateness_ms": self.lateness_of(self.lateness),
             "lateness_away_from_outages_ms": self.lateness_of(self.steady_lateness),
+            # Exact, for merging shards: the percentiles above come from these.
+            "lateness_histogram": {
+                "bucket_ms": BUCKET_MS,
+                "all": histogram_json(self.lateness),
+                "away_from_outages": histogram_json(self.steady_lateness),
+            },
             "failing_seeds": self.failing,
-            "wall_seconds": round(time.monotonic() - self.started, 1),
-            "shape": asdict(shape),
-            "knobs": asdict(knobs),
+            "wall_seconds": round(self.wall_seconds(), 1),
+            "code": sorted(
+                (
+                    {"commit": commit, "dirty": dirty, "seeds": ranges(seeds)}
+                    for (commit, dirty), seeds in self.code.items()
+                ),
+                key=lambda entry: entry["seeds"],
+            ),
+            "shape": dict(shape) if isinstance(shape, Mapping) else asdict(shape),
+            "knobs": dict(knobs) if isinstance(knobs, Mapping) else asdict(knobs),
         }
+
+
+def ranges(seeds: Iterable[int]) -> list[list[int]]:
+    """Seeds as sorted ``[first, last]`` runs: ``[0, 1, 2, 7]`` -> ``[[0, 2], [7, 7]]``."""
+    out: list[list[int]] = []
+    for seed in sorted(set(seeds)):
+        if out and seed == out[-1][1] + 1:
+            out[-1][1] = seed
+        else:
+            out.append([seed, seed])
+    return out
+
+
+def seeds_in(runs: Iterable[Sequence[int]]) -> list[int]:
+    """The seeds of ``[first, last]`` runs."""
+    return [seed for first, last in runs for seed in range(first, last + 1)]
+
+
+def histogram_json(histogram: Counter[int]) -> dict[str, int]:
+    """A lateness histogram as JSON: each bucket's lower bound in ms -> messages."""
+    return {str(bucket * BUCKET_MS): histogram[bucket] for bucket in sorted(histogram)}
+
+
+def histogram_of(data: Mapping[str, int]) -> Counter[int]:
+    """The inverse of :func:`histogram_json`."""
+    return Counter({int(ms) // BUCKET_MS: int(n) for ms, n in data.items()})

@@ -20,6 +20,7 @@ import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Final
 
 from greenlet import greenlet  # type: ignore[import-untyped]  # no stubs published
@@ -87,9 +88,11 @@ class World:
     _paused: set[_Task] = field(default_factory=set)
     _stopping: bool = False
     _until: int = 0  # the end of the current run_until
+    _random: Callable[[], float] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
+        self._random = self.rng.random  # chance() draws half a million times a seed
 
     # --- time and events ------------------------------------------------------------------
 
@@ -116,11 +119,21 @@ class World:
         self.history.append(f"{self.now_ms} {text}")
 
     def chance(self, probability: float, fault: str) -> bool:
-        """Draw a fault; count it when it happens."""
-        if probability <= 0 or self.rng.random() >= probability:
+        """Draw a fault; count it when it happens (no draw when it cannot happen)."""
+        if probability <= 0 or self._random() >= probability:
             return False
         self.faults[fault] += 1
         return True
+
+    def draw_between(self, low: int, high: int) -> Callable[[], int]:
+        """``rng.randint(low, high)`` as a function of no argument, drawing exactly as it
+        draws (``randint`` is ``low + _randbelow(high - low + 1)``, after checks made once
+        here): every simulated call draws its latency."""
+        if not (isinstance(low, int) and isinstance(high, int) and high >= low):
+            return partial(self.rng.randint, low, high)  # randint's own errors, each draw
+        below = self.rng._randbelow  # type: ignore[attr-defined]  # CPython's, no stub
+        width = high - low + 1
+        return lambda: low + below(width)
 
     # --- invocations ----------------------------------------------------------------------
 

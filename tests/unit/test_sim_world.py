@@ -90,6 +90,23 @@ def test_stop_ends_every_waiting_invocation() -> None:
     assert ended == ["the simulation ended"]
 
 
+@pytest.mark.parametrize(("low", "high"), [(2, 40), (0, 0), (7, 7), (0, 10_000), (-5, 3)])
+def test_a_prepared_draw_is_randint_draw_for_draw(low: int, high: int) -> None:
+    # Every simulated call draws its latency this way: the seed's history depends on it.
+    prepared, plain = world(9), world(9)
+    draw = prepared.draw_between(low, high)
+    mixed = [draw() if n % 3 else prepared.rng.random() for n in range(2000)]
+    expected = [plain.rng.randint(low, high) if n % 3 else plain.rng.random() for n in range(2000)]
+    assert mixed == expected
+    assert prepared.rng.getstate() == plain.rng.getstate()
+
+
+def test_a_prepared_draw_of_an_empty_range_fails_as_randint_does() -> None:
+    draw = world().draw_between(5, 2)
+    with pytest.raises(ValueError, match="empty range"):
+        draw()
+
+
 # --- every call: latency, throttling, network errors, lost responses, crashes --------------
 
 
