@@ -91,9 +91,11 @@ class Pipeline:
         self.ingest_behind_ms = 0
         self.functions = Functions(world, knobs, self.retries, self._container)
         self.kafka = KafkaSource(world, s, self.functions)
-        self.ticks = Ticks(world, knobs, s, self.functions, sqs=self.sqs, roles=self.roles)
+        self.ticks = Ticks(
+            world, knobs, s, self.functions, sqs=self.sqs, roles=self.roles, url=s.tick_queue_url
+        )
         self.delay_queue = DelayQueueSource(
-            world, knobs, s, self.functions, sqs=self.sqs, roles=self.roles
+            world, knobs, s, self.functions, sqs=self.sqs, roles=self.roles, url=s.delay_queue_url
         )
         self.stream = StreamSource(world, self.ttl, self.functions)
         self._pollers: dict[str, QueuePoller] = {
