@@ -19,7 +19,8 @@ from typing import Any, Final
 from delayq.settings import Settings
 from sim.checker import BUCKET_MS, Checker, Verdict
 from sim.faults import Knobs
-from sim.pipeline import Pipeline
+from sim.iam import roles
+from sim.pipeline import Pipeline, limited_settings
 from sim.workload import Intent, Shape, Workload, generate
 from sim.world import World
 from testkit.clock import NOW_MS
@@ -51,11 +52,14 @@ def simulate(
     seed: int, shape: Shape, knobs: Knobs, settings: Settings | None = None
 ) -> tuple[Pipeline, Workload]:
     """Run one seed's world to its end; what it recorded is in the pipeline. ``settings``
-    replace the simulation's own (``sim.pipeline.sim_settings``)."""
+    replace the simulation's own (``sim.pipeline.sim_settings``, or ``limited_settings`` with
+    the tenant limits of a shape that has them)."""
     world = World(seed, NOW_MS)
-    pipeline = Pipeline(world, knobs, settings)
     start = world.now_ms + 60_000
     workload = generate(world.rng, start, shape)
+    if settings is None and workload.limits:
+        settings = limited_settings(roles(), workload.limits)
+    pipeline = Pipeline(world, knobs, settings)
     end = _plan_outages(world, knobs, pipeline, start, workload)
     for intent in workload.intents:
         world.at(intent.send_ms, partial(_write, pipeline, intent))
@@ -165,8 +169,11 @@ class Summary:
     dead_lettered: int = 0
     cancelled: int = 0
     rejected: int = 0
+    over_quota: int = 0
+    limited: int = 0
     lateness: Counter[int] = field(default_factory=Counter)
     steady_lateness: Counter[int] = field(default_factory=Counter)
+    limited_lateness: Counter[int] = field(default_factory=Counter)
     failing: list[int] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
 
@@ -185,8 +192,11 @@ class Summary:
         self.dead_lettered += v.dead_lettered
         self.cancelled += v.cancelled
         self.rejected += v.rejected
+        self.over_quota += v.over_quota
+        self.limited += v.limited
         self.lateness.update(v.lateness)
         self.steady_lateness.update(v.steady_lateness)
+        self.limited_lateness.update(v.limited_lateness)
         if not result.ok:
             self.failing.append(result.seed)
 
@@ -231,9 +241,13 @@ class Summary:
                 "dead_lettered": self.dead_lettered,
                 "cancelled": self.cancelled,
                 "rejected": self.rejected,
+                "rejected_over_quota": self.over_quota,
+                "delivered_limited": self.limited,
             },
             "lateness_ms": self.lateness_of(self.lateness),
             "lateness_away_from_outages_ms": self.lateness_of(self.steady_lateness),
+            # Of capped or deferred tenants' messages, from their release (not in the above).
+            "lateness_limited_from_release_ms": self.lateness_of(self.limited_lateness),
             "failing_seeds": self.failing,
             "wall_seconds": round(time.monotonic() - self.started, 1),
             "shape": asdict(shape),

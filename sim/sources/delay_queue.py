@@ -26,13 +26,14 @@ DELAY_MAX_RECEIVES: Final = 10
 @dataclass(eq=False)
 class DelayQueueSource(QueuePoller):
     """A delay queue's event source: up to ``concurrency`` emitter invocations at once
-    (``running``)."""
+    (``running``); ``received`` counts the messages it handed to them."""
 
     function: ClassVar[str] = "emitter"
     window_ms: ClassVar[int] = EMITTER_WINDOW_MS
 
     concurrency: int = EMITTER_CONCURRENCY
     running: int = field(default=0, init=False)
+    received: int = field(default=0, init=False)
 
     def poll(self) -> None:
         """Invoke the emitter with what the queue holds, while concurrency is left."""
@@ -62,6 +63,7 @@ class DelayQueueSource(QueuePoller):
             self.wake()
             return
         self.running += 1
+        self.received += len(got)
         records = [
             sqs_record(
                 message_id=m["MessageId"],
