@@ -16,6 +16,7 @@ from delayq import constants as c
 from delayq import ingest, retry, shaping
 from delayq.buckets import expires_at
 from delayq.cleanup import TtlCleanup
+from delayq.envelope import Envelope
 from delayq.kafka import KafkaDelivery, OutRecord
 from delayq.limits import TenantLimits
 from delayq.pending import PendingCounts
@@ -33,6 +34,7 @@ from sim.workload import CAPPED, DEFERRED, METERED, Shape, Workload
 from sim.world import Crash, World
 from testkit.clock import NOW_MS
 from testkit.kafka import ProducedRecord
+from tests.factories import delay_request
 
 # A small run: 80 requests written over 5 minutes, due within 40 minutes.
 SMALL = Shape(messages=80, window_ms=5 * 60_000, max_delay_ms=40 * 60_000)
@@ -512,3 +514,88 @@ def test_with_tenant_limits_the_checker_finds_a_planted_defect(
     assert violations(*run) == []
     plant(monkeypatch)
     assert kind in violations(*simulate(seed, LIMITED, Knobs.calm()))
+
+
+def _stored_capped_delivery(pipeline: Pipeline, workload: Workload) -> tuple[int, Any]:
+    """The index in the cluster's log of the first delivery of a stored message its cap
+    released after due, with no cancel or reschedule after it."""
+    checker = Checker(pipeline, workload)
+    controlled = {i.delay_id for i in workload.intents if i.kind != "delay"}
+    for index, produced in enumerate(pipeline.cluster.log):
+        key = (
+            (produced.record.header(c.HEADER_ID) or b"").decode(),
+            int(produced.record.header(c.HEADER_DUE_MS) or 0),
+        )
+        intent = checker.by_key.get(key)
+        ack = checker.ack_ms[id(intent)] if intent else None
+        if (
+            intent is not None
+            and ack is not None
+            and produced.record.header(c.HEADER_RELEASE_MS)
+            and intent.delay_id not in controlled
+            and intent.due_ms - ack > 20 * 60_000
+            and len(checker.deliveries[key]) == 1
+        ):
+            return index, key
+    raise AssertionError("no stored capped message in the run")
+
+
+def test_with_tenant_limits_a_capped_message_is_judged_from_its_release_slot() -> None:
+    pipeline, workload = limited_run()
+    original = pipeline.cluster.log
+    index, key = _stored_capped_delivery(pipeline, workload)
+    first = original[index]
+    release = int(first.record.header(c.HEADER_RELEASE_MS) or 0)
+    assert release > key[1]
+
+    def judged(at_ms: int, emitted_ms: int) -> list[str]:
+        headers = tuple(
+            (n, str(emitted_ms).encode() if n == c.HEADER_EMITTED_MS else v)
+            for n, v in first.record.headers
+        )
+        record = dataclasses.replace(first.record, headers=headers)
+        pipeline.cluster.log = [
+            *original[:index],
+            dataclasses.replace(first, record=record, at_ms=at_ms),
+            *original[index + 1 :],
+        ]
+        try:
+            return violations(pipeline, workload)
+        finally:
+            pipeline.cluster.log = original
+
+    assert judged(first.at_ms, release) == []
+    # After its due time but before its release: early.
+    assert judged(first.at_ms, release - 1) == ["early"]
+    # Half an hour after its release second was passed: held, unless the emitter gave it a
+    # new slot (it was late there) and it went within 10 minutes of that slot.
+    late = release + 30 * 60_000
+    assert judged(late, late) == ["held"]
+    pipeline.paced[key] = late - 5 * 60_000
+    try:
+        assert judged(late, late) == []
+    finally:
+        del pipeline.paced[key]
+
+
+def test_with_tenant_limits_pending_counts_are_judged_in_the_period_of_each_release(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pipeline, workload = limited_run()
+    assert Checker(pipeline, workload)._overcounted() == []
+    monkeypatch.setattr(Checker, "_limited", lambda _self, _intent: False)  # at due times
+    assert {v.kind for v in Checker(pipeline, workload)._overcounted()} == {"counted"}
+
+
+def test_the_pipeline_keeps_the_slot_a_late_capped_message_was_paced_to() -> None:
+    pipeline, _ = limited_run()
+    request = dataclasses.replace(
+        delay_request(delay_id="late-1", due_ms=NOW_MS), tenant=CAPPED, paced_ms=NOW_MS + 7_000
+    )
+    url = pipeline.delay_queue_urls[-1]
+    before = dict(pipeline.paced)
+    pipeline._sent(url, {"QueueUrl": url, "MessageBody": Envelope(request).encode()})
+    try:
+        assert pipeline.paced == {**before, ("late-1", NOW_MS): NOW_MS + 7_000}
+    finally:
+        pipeline.paced.pop(("late-1", NOW_MS), None)
