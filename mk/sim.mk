@@ -1,7 +1,8 @@
 # Deterministic simulation (sim/): the whole pipeline under AWS's weak semantics, seed by seed,
-# every guarantee checked. `make sim` runs a fixed set of seeds (part of `make test`, about a
-# minute); `make sim SEEDS=0-9999 HOURS=1` runs a long campaign. Writes results/sim.json; a
-# failing seed prints the command that reproduces it.
+# every guarantee checked. `make sim` runs a fixed set of seeds twice: as they are, and with
+# tenant limits (release caps, ingest quotas, priorities: `--limits`); part of `make test`, a
+# few minutes. `make sim SEEDS=0-9999 HOURS=1` runs a long campaign. Writes results/sim.json
+# and results/sim-limits.json; a failing seed prints the command that reproduces it.
 #
 # A campaign too long for one session runs in chunks: `make sim-chunk SEEDS=12600-13599`
 # writes results/sim-campaign/seeds-12600-13599.json (a shard), and `make sim-merge` adds the
@@ -9,18 +10,20 @@
 # or their seeds overlap). MESSAGES sets each seed's requests (the campaigns use 1000).
 .PHONY: sim sim-chunk sim-merge
 SEEDS ?= 0-15
+LIMITED_SEEDS ?= $(SEEDS)
 HOURS ?=
 MESSAGES ?=
 SIM_WORKERS ?= 2
 SIM_CAMPAIGN ?= results/sim-campaign
 
-SIM_SHAPE = $(if $(HOURS),--hours $(HOURS)) $(if $(MESSAGES),--messages $(MESSAGES))
+SIM_RUN = PYTHONPATH=. $(PY) -m sim $(if $(HOURS),--hours $(HOURS)) $(if $(MESSAGES),--messages $(MESSAGES)) --workers $(SIM_WORKERS) --quiet
 
-sim: $(STAMP) ## deterministic simulation: SEEDS (default 0-15), HOURS per seed -> results/sim.json
-	PYTHONPATH=. $(PY) -m sim --seeds $(SEEDS) $(SIM_SHAPE) --workers $(SIM_WORKERS) --quiet --out results/sim.json
+sim: $(STAMP) ## deterministic simulation: SEEDS (default 0-15) without and LIMITED_SEEDS with tenant limits, HOURS per seed -> results/sim*.json
+	$(SIM_RUN) --seeds $(SEEDS) --out results/sim.json
+	$(SIM_RUN) --seeds $(LIMITED_SEEDS) --limits --out results/sim-limits.json
 
 sim-chunk: $(STAMP) ## one chunk of a long campaign: SEEDS=12600-13599 (MESSAGES, HOURS) -> results/sim-campaign/
-	PYTHONPATH=. $(PY) -m sim --seeds $(SEEDS) $(SIM_SHAPE) --workers $(SIM_WORKERS) --quiet --out $(SIM_CAMPAIGN)/seeds-$(SEEDS).json
+	$(SIM_RUN) --seeds $(SEEDS) --out $(SIM_CAMPAIGN)/seeds-$(SEEDS).json
 
 sim-merge: $(STAMP) ## merge the chunks in results/sim-campaign/ -> results/sim-campaign.json
 	PYTHONPATH=. $(PY) -m sim merge $(SIM_CAMPAIGN)/*.json --out $(SIM_CAMPAIGN).json

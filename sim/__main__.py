@@ -57,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--workers", type=int, default=2, help="processes (default 2)")
     parser.add_argument("--calm", action="store_true", help="no faults (a baseline)")
+    parser.add_argument(
+        "--limits",
+        action="store_true",
+        help="tenant limits: release caps, ingest quotas and priorities (sim.workload)",
+    )
     parser.add_argument("--out", type=Path, default=Path("results/sim.json"))
     parser.add_argument("--quiet", action="store_true", help="no line per seed")
     args = parser.parse_args(argv)
@@ -72,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.messages < 1:
             parser.error("--messages must be at least 1")
         shape = replace(shape, messages=args.messages)
+    if args.limits:
+        shape = replace(shape, limits=True)
     knobs = Knobs.calm() if args.calm else Knobs()
     seeds = seeds_of(args.seeds)
     summary = Summary(version=code_version())
@@ -140,6 +147,8 @@ def _explain(result: RunResult, args: argparse.Namespace) -> None:
         command += f" --messages {args.messages}"
     if args.calm:
         command += " --calm"
+    if args.limits:
+        command += " --limits"
     print(f"seed {result.seed} broke a guarantee; reproduce with: {command}")
     if result.verdict.unacknowledged:
         print(f"  {result.verdict.unacknowledged} records never acknowledged by ingest")
@@ -180,6 +189,13 @@ def _print_summary(report: dict[str, object], out: Path) -> None:
         f"({steady['messages']} messages): p50 {steady['p50']} ms, p99 {steady['p99']} ms, "
         f"max {steady['max']} ms"
     )
+    limited = report["lateness_limited_from_release_ms"]
+    assert isinstance(limited, dict)
+    if limited["messages"]:
+        print(
+            f"capped or deferred tenants' messages ({limited['messages']}), from their release: "
+            f"p50 {limited['p50']} ms, p99 {limited['p99']} ms, max {limited['max']} ms"
+        )
     code = report["code"]
     assert isinstance(code, list)
     versions = "; ".join(

@@ -19,11 +19,24 @@ against the documented guarantees.
 - Reschedules: one acknowledged that early, and not refused, moves the message: it is
   delivered at the new time and not at the old one.
 - Released when passed: a stored message is delivered within 10 minutes of the first
-  scheduler run that passed its due-second (or of its due time, if later), unless the target
-  or an ingest partition was down meanwhile.
+  scheduler run that passed its release second (its due second, or the later one its
+  tenant's release cap gave it: ``delay-release-ms``), or of that time if later, unless the
+  target or an ingest partition was down meanwhile; a late capped message the emitter gave a
+  new slot (with strict caps) has until 10 minutes after that slot.
+- Counted: a period's pending count is at most the records that may be counted in it (a
+  capped or deferred tenant's message in the period of its release).
 - Duplicates: deliveries of one message beyond the first (they carry its ``delay-id``).
 - Integrity: a delivered record has the original key, value and user headers.
 - IAM: no call a function (or its event source) made was refused by its role.
+- Tenant limits (README, Tenants, limits and priorities), when the run sets them:
+  never produced before the release a cap gave a message (``delay-release-ms``); with strict
+  caps, no second of a producing function's clock carries more of a capped tenant's messages
+  than its cap (each message counted once, by its first delivery: duplicates are
+  at-least-once; a reschedule's copy is not counted against the cap, as documented); a
+  message rejected as ``quota-exceeded`` belongs to a tenant whose quota rejects (a
+  deferring quota delivers them; no cap in this world is too low to place a message within
+  7 days) and sits in the reject queue with its original bytes. The lateness of a capped or
+  deferred tenant's messages counts from their release and is reported apart.
 - Retries: no invocation left a transient error (throttling, a network error, a lost
   response) without calling again, while it had time to.
 """
@@ -40,8 +53,9 @@ from delayq import constants as c
 from delayq.envelope import dead_letter_of, decode_body
 from delayq.exceptions import EnvelopeError
 from delayq.kafka import Failure
+from delayq.limits import Limits
 from delayq.pending import counts_of, period_of
-from delayq.records import DelayRequest
+from delayq.records import DelayRequest, Reason
 from delayq.store import request_from_item
 from sim.aws import Produced
 from sim.functions import TIMEOUT_S
@@ -70,6 +84,8 @@ STORED_MARGIN_MS: Final = 5 * 60_000
 RELEASE_SLACK_MS: Final = 10 * 60_000
 # Lateness histogram resolution.
 BUCKET_MS: Final = 10
+# A release cap places a message within this of its due time, or rejects it.
+RELEASE_SPREAD_MS: Final = c.MAX_RELEASE_SPREAD_SECONDS * 1000
 
 
 @dataclass
@@ -77,7 +93,7 @@ class Violation:
     """One broken guarantee: what, of which message."""
 
     # lost, early, cancel, reschedule, corrupt, refused, dead-lettered, iam, unretried, held,
-    # counted
+    # counted, cap
     kind: str
     delay_id: str
     due_ms: int
@@ -99,6 +115,12 @@ class Verdict:
     # The same, of messages due away from the run's long outages (scheduler, target cluster).
     steady_lateness: Counter[int] = field(default_factory=Counter)
     violations: list[Violation] = field(default_factory=list)
+    # Tenant limits: messages of capped or deferring tenants delivered, and the lateness of
+    # their first deliveries from their release (apart from ``lateness``); requests rejected
+    # over their tenant's ingest quota (counted in ``messages``, not in ``rejected``).
+    limited: int = 0
+    limited_lateness: Counter[int] = field(default_factory=Counter)
+    over_quota: int = 0
 
 
 def _user_headers(headers: Any) -> list[tuple[str, bytes | None]]:
@@ -122,6 +144,8 @@ class Checker:
                 self.deliveries[(delay_id.decode(), int(due))].append(produced)
         self.dead = self._dead_letters()
         self.rejects = self._rejects()
+        self.limits = pipeline.settings.limits
+        self.by_key = {(i.delay_id, i.due_ms): i for i in workload.intents if i.kind == "delay"}
 
     def _dead_letters(self) -> dict[tuple[str, int], list[str]]:
         """Dead-lettered messages by ``(id, due)``: the reason of each copy. A copy whose
@@ -196,17 +220,90 @@ class Checker:
             detail = f"{u.function} never retried {u.call} after {u.error} at {u.at_ms}"
             verdict.violations.append(Violation("unretried", u.function, 0, detail))
         verdict.violations.extend(self._overcounted())
+        verdict.violations.extend(self._over_cap())
         return verdict
+
+    # --- tenant limits --------------------------------------------------------------------
+
+    def _limits_of(self, intent: Intent) -> Limits:
+        """The limits of a request's tenant (its ``delay-tenant``, else its target topic)."""
+        target = dict(intent.headers).get(c.HEADER_TARGET) or b""
+        return self.limits.of(intent.tenant or target.decode())
+
+    def _limited(self, intent: Intent) -> bool:
+        """Whether its tenant's limits may release it after its due time: a release cap, or
+        an ingest quota that defers."""
+        limits = self._limits_of(intent)
+        return limits.release_per_second is not None or (
+            limits.ingest_per_second is not None and limits.defers
+        )
+
+    def _check_over_quota(
+        self, message: Intent, record: dict[str, Any] | None, verdict: Verdict
+    ) -> None:
+        """A request rejected over its tenant's quota is in the reject queue whole."""
+        if (
+            record is None
+            or record.get("value") != base64.b64encode(message.value or b"").decode()
+            or record.get("key")
+            != (base64.b64encode(message.key).decode() if message.key else None)
+        ):
+            detail = "rejected over quota, not in the reject queue with its original bytes"
+            verdict.violations.append(Violation("lost", message.delay_id, message.due_ms, detail))
+            return
+        verdict.over_quota += 1
+
+    def _over_cap(self) -> list[Violation]:
+        """With strict caps, no second of a producing function's clock carries more of a
+        capped tenant's messages than its cap. Each message counts once, in the second of its
+        first delivery; a reschedule's copy (not counted against the cap) not at all."""
+        if not self.p.settings.strict_caps:
+            return []
+        seconds: dict[tuple[str, int], list[str]] = defaultdict(list)
+        caps: dict[str, int] = {}
+        for key, produced in self.deliveries.items():
+            intent = self.by_key.get(key)
+            if intent is None:
+                continue
+            cap = self._limits_of(intent).release_per_second
+            if cap is None:
+                continue
+            tenant = intent.tenant or (dict(intent.headers)[c.HEADER_TARGET] or b"").decode()
+            first = min(produced, key=lambda d: d.at_ms)
+            second = int(first.record.header(c.HEADER_EMITTED_MS) or 0) // 1000
+            seconds[(tenant, second)].append(intent.delay_id)
+            caps[tenant] = cap
+        return [
+            Violation(
+                "cap",
+                ids[0],
+                second * 1000,
+                f"{len(ids)} of {tenant!r}'s messages produced in second {second} (their "
+                f"producers' clocks), cap {caps[tenant]}/s: {', '.join(sorted(ids))}",
+            )
+            for (tenant, second), ids in sorted(seconds.items())
+            if len(ids) > caps[tenant]
+        ]
 
     def _overcounted(self) -> list[Violation]:
         """The pending counts never count a record twice: a period's count is at most the
-        delay records due in it plus the reschedules moving a message into it (fewer when
-        some went out on the direct path, were cancelled or moved away)."""
-        bound: Counter[tuple[int, int]] = Counter(
-            period_of(i.due_ms, i.send_ms)
-            for i in self.workload.intents
-            if i.kind in ("delay", "reschedule")
-        )
+        delay records released in it plus the reschedules moving a message into it (fewer
+        when some went out on the direct path, were cancelled or moved away). A record is
+        released at its due time, or, when its tenant's limits may hold it, at the release
+        its deliveries carry; one whose release is not known (not delivered, or delivered
+        with several) may be counted in any period it may be released in."""
+        bound: Counter[tuple[int, int]] = Counter()
+        unsure: list[tuple[Intent, set[int]]] = []
+        for i in self.workload.intents:
+            if i.kind == "reschedule" or (i.kind == "delay" and not self._limited(i)):
+                bound[period_of(i.due_ms, i.send_ms)] += 1
+            elif i.kind == "delay":
+                produced = self.deliveries.get((i.delay_id, i.due_ms), [])
+                releases = {_release_ms(d, i.due_ms) for d in produced}
+                if len(releases) == 1:
+                    bound[period_of(releases.pop(), i.send_ms)] += 1
+                else:
+                    unsure.append((i, releases))
         counted: Counter[tuple[int, int]] = Counter()
         for item in self.p.dynamodb.items(self.p.settings.table_name):
             if item.get("kind", {}).get("S") == c.KIND_PENDING:
@@ -220,7 +317,7 @@ class Checker:
                 f"{n} counted pending for {period[1]} min, {bound[period]} records due",
             )
             for period, n in sorted(counted.items())
-            if n > bound[period]
+            if n > bound[period] + sum(1 for i, r in unsure if _may_count(i, r, period))
         ]
 
     # --- rules ----------------------------------------------------------------------------
@@ -240,6 +337,11 @@ class Checker:
     def _check_delay(self, message: Intent, same_id: list[Intent], verdict: Verdict) -> None:
         verdict.messages += 1
         refused = self.rejects.get((message.partition, message.offset))
+        if refused is not None and refused[0] == Reason.QUOTA_EXCEEDED:
+            limits = self._limits_of(message)
+            if limits.ingest_per_second is not None and not limits.defers:
+                self._check_over_quota(message, refused[1], verdict)
+                return
         if refused is not None:
             detail = f"a valid request rejected: {refused[0]}"
             verdict.violations.append(
@@ -262,7 +364,7 @@ class Checker:
         elif delivered:
             self._delivered(message, delivered, verdict)
             if not later:
-                self._check_released(message, min(d.at_ms for d in delivered), verdict)
+                self._check_released(message, min(delivered, key=lambda d: d.at_ms), verdict)
             acks = [ack for ack in (self.ack_ms[id(cancel)] for cancel in cancels) if ack]
             for d in delivered:
                 if acks and min(acks) <= d.at_ms - READ_BOUND_MS:
@@ -305,10 +407,15 @@ class Checker:
         verdict.duplicates += len(delivered) - 1
         first = min(delivered, key=lambda d: d.at_ms)
         due = int(first.record.header(c.HEADER_DUE_MS) or 0)
-        bucket = max(0, first.at_ms - due) // BUCKET_MS
-        verdict.lateness[bucket] += 1
-        if not self._near_outage(due):
-            verdict.steady_lateness[bucket] += 1
+        if self._limited(message):
+            verdict.limited += 1
+            bucket = max(0, first.at_ms - _release_ms(first, due)) // BUCKET_MS
+            verdict.limited_lateness[bucket] += 1
+        else:
+            bucket = max(0, first.at_ms - due) // BUCKET_MS
+            verdict.lateness[bucket] += 1
+            if not self._near_outage(due):
+                verdict.steady_lateness[bucket] += 1
         for d in delivered:
             if d.record.value != message.value or d.record.key != message.key:
                 detail = "key or value changed"
@@ -320,15 +427,19 @@ class Checker:
                 Violation("corrupt", message.delay_id, message.due_ms, detail)
             )
 
-    def _check_released(self, message: Intent, first_ms: int, verdict: Verdict) -> None:
-        """A stored message goes out soon after a scheduler run passes its second: the run
-        released it to the delay queue, and nothing but the target or the emitter can hold
-        it after that (not TTL, nor the safety net's redrive)."""
+    def _check_released(self, message: Intent, first: Produced, verdict: Verdict) -> None:
+        """A stored message goes out soon after a scheduler run passes its release second
+        (its due second, or the slot its tenant's cap gave it): the run released it to the
+        delay queue, and nothing but the target, the emitter or (for a message late at the
+        emitter) its cap's next free second can hold it after that (not TTL, nor the safety
+        net's redrive)."""
         ack = self.ack_ms[id(message)]
         horizon_ms = self.p.settings.horizon_seconds * 1000
         if ack is None or message.due_ms - ack <= horizon_ms + STORED_MARGIN_MS:
             return  # not stored (or not surely): ingest queued it itself
-        second = message.due_ms // 1000
+        first_ms = first.at_ms
+        release_ms = _release_ms(first, message.due_ms)
+        second = release_ms // 1000
         passed = [
             run.ended_ms
             for run in self.p.ticks.runs
@@ -337,7 +448,10 @@ class Checker:
         if not passed:
             return
         released_ms = min(passed)
-        deadline_ms = max(message.due_ms, released_ms) + RELEASE_SLACK_MS
+        deadline_ms = max(release_ms, released_ms) + RELEASE_SLACK_MS
+        paced_ms = self.p.paced.get((message.delay_id, message.due_ms))
+        if paced_ms is not None:  # late at the emitter: it took a new slot, perhaps held
+            deadline_ms = max(deadline_ms, paced_ms + RELEASE_SLACK_MS) + self.hold_ms
         if first_ms <= deadline_ms:
             return
         stalls = [(since, until) for _, since, until in self.p.kafka.stalls]
@@ -368,13 +482,15 @@ class Checker:
 
     def _check_not_early(self, key: tuple[str, int], produced: Produced, verdict: Verdict) -> None:
         emitted = produced.record.header(c.HEADER_EMITTED_MS)
-        if emitted is None or int(emitted) < key[1]:
+        release = _release_ms(produced, key[1])
+        if emitted is None or int(emitted) < release:
             verdict.violations.append(
                 Violation(
                     "early",
                     key[0],
                     key[1],
-                    f"produced by {produced.function} at {emitted!r} (its clock), due {key[1]}",
+                    f"produced by {produced.function} at {emitted!r} (its clock), due {key[1]}, "
+                    f"released at {release}",
                 )
             )
 
@@ -410,3 +526,25 @@ class Checker:
             if did == delay_id:
                 lines.append((due, f"dead-lettered (due {due}): {', '.join(reasons)}"))
         return [f"{t} {text}" for t, text in sorted(lines)]
+
+
+def _release_ms(produced: Produced, due_ms: int) -> int:
+    """When a delivered record was free to go: its due time, or the later release its
+    tenant's cap gave it (``delay-release-ms``)."""
+    return max(due_ms, int(produced.record.header(c.HEADER_RELEASE_MS) or 0))
+
+
+def _may_count(intent: Intent, releases: set[int], period: tuple[int, int]) -> bool:
+    """Whether a limited message may be counted in ``period``: at one of ``releases``, or
+    (none known) at any time from its due time to the farthest a cap may place it."""
+    if releases:
+        return any(period_of(r, intent.send_ms) == period for r in releases)
+    start = period[0] * 60_000
+    low = max(intent.due_ms, start)
+    high = min(intent.due_ms + RELEASE_SPREAD_MS, start + period[1] * 60_000 - 1)
+    # The period's length changes with how far ahead it was sent (pending.period_of): where
+    # it may change within [low, high], both sides are tried.
+    turns = [intent.send_ms + ahead + d for ahead in (3_600_000, 86_400_000) for d in (0, 1)]
+    return any(
+        period_of(t, intent.send_ms) == period for t in (low, high, *turns) if low <= t <= high
+    )

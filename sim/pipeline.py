@@ -11,6 +11,9 @@ import json
 from collections.abc import Callable
 from typing import Any, Final
 
+from delayq import constants as c
+from delayq.envelope import decode_body
+from delayq.exceptions import EnvelopeError
 from delayq.kafka import KafkaDelivery
 from delayq.payloads import PayloadStore
 from delayq.pending import PendingCounts
@@ -67,6 +70,18 @@ def sim_settings(roles: Roles, **overrides: Any) -> Settings:
     return Settings(**values)
 
 
+def limited_settings(roles: Roles, tenant_limits: str) -> Settings:
+    """:func:`sim_settings` with tenant limits (``DELAYQ_TENANT_LIMITS``) and the template's
+    delay queues of high and low priority, each with its own event source."""
+    names = roles.names
+    return sim_settings(
+        roles,
+        tenant_limits=tenant_limits,
+        delay_queue_high_url=names["DelayHighQueue"],
+        delay_queue_low_url=names["DelayLowQueue"],
+    )
+
+
 class Pipeline:
     """The world, the AWS resources, the five functions and their event sources."""
 
@@ -79,7 +94,7 @@ class Pipeline:
         self.dynamodb = ReplicatedDynamoDB(world, knobs, self.counter)
         self.dynamodb.create_table(s.table_name)
         self.sqs = FakeSqs(self.counter, world.clock)
-        for url in (s.delay_queue_url, s.delay_dlq_url, s.reject_queue_url, s.tick_queue_url):
+        for url in (*self.delay_queue_urls, s.delay_dlq_url, s.reject_queue_url, s.tick_queue_url):
             created = self.sqs.create_queue(QueueName=url.rsplit("/", 1)[-1])["QueueUrl"]
             if created != url:
                 raise ValueError(f"queue {url} would be created as {created}")
@@ -91,14 +106,31 @@ class Pipeline:
         self.ingest_behind_ms = 0
         self.functions = Functions(world, knobs, self.retries, self._container)
         self.kafka = KafkaSource(world, s, self.functions)
-        self.ticks = Ticks(world, knobs, s, self.functions, sqs=self.sqs, roles=self.roles)
-        self.delay_queue = DelayQueueSource(
-            world, knobs, s, self.functions, sqs=self.sqs, roles=self.roles
+        self.ticks = Ticks(
+            world, knobs, s, self.functions, sqs=self.sqs, roles=self.roles, url=s.tick_queue_url
         )
+        self.delay_queues = [
+            DelayQueueSource(
+                world, knobs, s, self.functions, sqs=self.sqs, roles=self.roles, url=url
+            )
+            for url in self.delay_queue_urls
+        ]
         self.stream = StreamSource(world, self.ttl, self.functions)
         self._pollers: dict[str, QueuePoller] = {
-            poller.url: poller for poller in (self.delay_queue, self.ticks)
+            poller.url: poller for poller in (*self.delay_queues, self.ticks)
         }
+        # The release slots the emitters gave late capped messages, by (id, due): the
+        # envelopes they put back on the delay queues carry them (``pc``).
+        self.paced: dict[tuple[str, int], int] = {}
+
+    @property
+    def delay_queue_urls(self) -> tuple[str, ...]:
+        """The delay queues: the normal one, and those of other priorities the settings name."""
+        s = self.settings
+        return (
+            s.delay_queue_url,
+            *(u for u in (s.delay_queue_high_url, s.delay_queue_low_url) if u),
+        )
 
     def _container(self, function: str) -> Container:
         world, knobs, s = self.world, self.knobs, self.settings
@@ -118,11 +150,21 @@ class Pipeline:
         def queue(url: str) -> SqsQueue:
             return SqsQueue(as_sqs_client(sqs), url, backoff, executor=serial)
 
+        by_priority = {
+            priority: queue(url)
+            for priority, url in (
+                (c.PRIORITY_HIGH, s.delay_queue_high_url),
+                (c.PRIORITY_LOW, s.delay_queue_low_url),
+            )
+            if url
+        }
         return Container(
             clock=clock,
             store=store,
             payloads=payloads,
-            delay_queue=DelayQueue(queue(s.delay_queue_url), s.emit_lead_ms),
+            delay_queue=DelayQueue(
+                queue(s.delay_queue_url), s.emit_lead_ms, by_priority=by_priority
+            ),
             dead_letters=DelayQueue(queue(s.delay_dlq_url), s.emit_lead_ms),
             rejects=RejectQueue(queue(s.reject_queue_url), payloads),
             tick_queue=TickQueue(as_sqs_client(sqs), s.tick_queue_url),
@@ -149,11 +191,29 @@ class Pipeline:
         """How far apart two functions' clocks may be in this run, beyond the normal skew."""
         return self.ingest_behind_ms
 
-    def _sent(self, url: str) -> None:
-        """Something was sent to ``url``: its event source looks again when it is visible."""
+    def _sent(self, url: str, sent: dict[str, Any]) -> None:
+        """``sent`` (a send's parameters) went to ``url``: its event source looks again when it
+        is visible. A body put on a delay queue may carry the new slot a late capped message
+        took (``pc``): kept in ``paced``."""
         poller = self._pollers.get(url)
-        if poller is not None:
-            poller.wake()
+        if poller is None:
+            return
+        poller.wake()
+        if url in self.delay_queue_urls and self.settings.limits.any:
+            entries = sent.get("Entries") or [sent]
+            for body in (e["MessageBody"] for e in entries if '"pc"' in e["MessageBody"]):
+                self._paced(body)
+
+    def _paced(self, body: str) -> None:
+        try:
+            entries = decode_body(body)
+        except EnvelopeError:
+            return
+        for entry in entries:
+            r = entry.request
+            if r is not None and r.paced_ms:
+                key = (r.delay_id, r.due_ms)
+                self.paced[key] = max(self.paced.get(key, 0), r.paced_ms)
 
     # --- what the checker reads -----------------------------------------------------------
 
@@ -180,9 +240,10 @@ class Pipeline:
 
 class _Notifying:
     """The SQS client as functions see it: tells the pipeline what was sent where, so the
-    event source looks again when those messages become visible."""
+    event source looks again when those messages become visible (and the checker sees the
+    slots the emitters gave late capped messages)."""
 
-    def __init__(self, inner: FakeSqs, on_send: Callable[[str], None]) -> None:
+    def __init__(self, inner: FakeSqs, on_send: Callable[[str, dict[str, Any]], None]) -> None:
         self._inner = inner
         self._on_send = on_send
 
@@ -193,7 +254,7 @@ class _Notifying:
 
         def send(**kwargs: Any) -> Any:
             answer = attr(**kwargs)
-            self._on_send(kwargs["QueueUrl"])
+            self._on_send(kwargs["QueueUrl"], kwargs)
             return answer
 
         return send

@@ -19,7 +19,8 @@ from typing import Any, Final
 from delayq.settings import Settings
 from sim.checker import BUCKET_MS, Checker, Verdict
 from sim.faults import Knobs
-from sim.pipeline import Pipeline
+from sim.iam import roles
+from sim.pipeline import Pipeline, limited_settings
 from sim.workload import Intent, Shape, Workload, generate
 from sim.world import World
 from testkit.clock import NOW_MS
@@ -51,11 +52,14 @@ def simulate(
     seed: int, shape: Shape, knobs: Knobs, settings: Settings | None = None
 ) -> tuple[Pipeline, Workload]:
     """Run one seed's world to its end; what it recorded is in the pipeline. ``settings``
-    replace the simulation's own (``sim.pipeline.sim_settings``)."""
+    replace the simulation's own (``sim.pipeline.sim_settings``, or ``limited_settings`` with
+    the tenant limits of a shape that has them)."""
     world = World(seed, NOW_MS)
-    pipeline = Pipeline(world, knobs, settings)
     start = world.now_ms + 60_000
     workload = generate(world.rng, start, shape)
+    if settings is None and workload.limits:
+        settings = limited_settings(roles(), workload.limits)
+    pipeline = Pipeline(world, knobs, settings)
     end = _plan_outages(world, knobs, pipeline, start, workload)
     for intent in workload.intents:
         world.at(intent.send_ms, partial(_write, pipeline, intent))
@@ -165,8 +169,11 @@ class Summary:
     dead_lettered: int = 0
     cancelled: int = 0
     rejected: int = 0
+    over_quota: int = 0
+    limited: int = 0
     lateness: Counter[int] = field(default_factory=Counter)
     steady_lateness: Counter[int] = field(default_factory=Counter)
+    limited_lateness: Counter[int] = field(default_factory=Counter)
     failing: list[int] = field(default_factory=list)
     # The code that runs the seeds counted in by add() (sim.campaign.code_version), and the
     # seeds each code ran, by (commit, dirty).
@@ -191,8 +198,11 @@ class Summary:
         self.dead_lettered += v.dead_lettered
         self.cancelled += v.cancelled
         self.rejected += v.rejected
+        self.over_quota += v.over_quota
+        self.limited += v.limited
         self.lateness.update(v.lateness)
         self.steady_lateness.update(v.steady_lateness)
+        self.limited_lateness.update(v.limited_lateness)
         if not result.ok:
             self.failing.append(result.seed)
         self.code.setdefault((self.version["commit"], self.version["dirty"]), []).append(
@@ -217,8 +227,11 @@ class Summary:
             dead_lettered=outcomes["dead_lettered"],
             cancelled=outcomes["cancelled"],
             rejected=outcomes["rejected"],
+            over_quota=outcomes["rejected_over_quota"],
+            limited=outcomes["delivered_limited"],
             lateness=histogram_of(histograms["all"]),
             steady_lateness=histogram_of(histograms["away_from_outages"]),
+            limited_lateness=histogram_of(histograms["limited_from_release"]),
             failing=list(report["failing_seeds"]),
             code={
                 (entry["commit"], entry["dirty"]): seeds_in(entry["seeds"])
@@ -242,8 +255,11 @@ class Summary:
         self.dead_lettered += other.dead_lettered
         self.cancelled += other.cancelled
         self.rejected += other.rejected
+        self.over_quota += other.over_quota
+        self.limited += other.limited
         self.lateness.update(other.lateness)
         self.steady_lateness.update(other.steady_lateness)
+        self.limited_lateness.update(other.limited_lateness)
         self.failing = sorted(self.failing + other.failing)
         for version, seeds in other.code.items():
             self.code.setdefault(version, []).extend(seeds)
@@ -299,14 +315,19 @@ class Summary:
                 "dead_lettered": self.dead_lettered,
                 "cancelled": self.cancelled,
                 "rejected": self.rejected,
+                "rejected_over_quota": self.over_quota,
+                "delivered_limited": self.limited,
             },
             "lateness_ms": self.lateness_of(self.lateness),
             "lateness_away_from_outages_ms": self.lateness_of(self.steady_lateness),
+            # Of capped or deferred tenants' messages, from their release (not in the above).
+            "lateness_limited_from_release_ms": self.lateness_of(self.limited_lateness),
             # Exact, for merging shards: the percentiles above come from these.
             "lateness_histogram": {
                 "bucket_ms": BUCKET_MS,
                 "all": histogram_json(self.lateness),
                 "away_from_outages": histogram_json(self.steady_lateness),
+                "limited_from_release": histogram_json(self.limited_lateness),
             },
             "failing_seeds": self.failing,
             "wall_seconds": round(self.wall_seconds(), 1),

@@ -4,10 +4,16 @@ Delays across both paths and the horizon boundary (due now or past, within the d
 seconds, minutes, either side of 15 minutes, hours), same-second bursts, cancels before and
 after delivery, ids reused after a cancel, reschedules earlier and later, values large enough
 to be offloaded to S3 and records exactly at the payload limit, and invalid records.
+
+With tenant limits (``Shape.limits``) the run also sets ``DELAYQ_TENANT_LIMITS`` (drawn per
+seed): a tenant whose release cap binds on every burst of it, one with an ingest quota whose
+excess is rejected, one whose excess is deferred (and that is capped too); messages of those
+tenants and of none (their target topic, unlimited), at mixed priorities.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import zlib
 from dataclasses import dataclass, field
@@ -22,6 +28,11 @@ LARGE_BYTES: Final = 250_000  # over the 200 KB offload threshold
 HORIZON_MS: Final = 900_000
 DIRECT_WINDOW_MS: Final = c.DEFAULT_DIRECT_WINDOW_MS  # ingest delivers these itself
 PARTITIONS: Final = 2  # of the delay topic
+# The tenants of a run with limits ("": no delay-tenant header, so its target topic: unlimited).
+CAPPED: Final = "bulk"
+METERED: Final = "metered"  # over its ingest quota: rejected
+DEFERRED: Final = "deferred"  # over its ingest quota: deferred
+TENANTS: Final = (CAPPED, METERED, DEFERRED, "")
 
 Kind = Literal["delay", "cancel", "reschedule", "invalid"]
 
@@ -41,6 +52,8 @@ class Shape:
     large: float = 0.05
     at_limit: float = 0.01  # values making the record exactly the payload limit (1 MiB)
     invalid: float = 0.03
+    # Tenant limits (release caps, ingest quotas) and priorities: see the module's docstring.
+    limits: bool = False
 
 
 @dataclass
@@ -57,6 +70,7 @@ class Intent:
     due_ms: int = 0  # a delay's due time; a reschedule's new due time
     was_due_ms: int = 0  # a reschedule's old due time
     offset: int = -1  # given by the broker
+    tenant: str = ""  # its delay-tenant header (a delay; "": none)
 
     def record(self) -> dict[str, Any]:
         """The record as the Kafka event source shows it (offset and partition added on write)."""
@@ -75,6 +89,7 @@ class Workload:
     """Every record of the run, in send order."""
 
     intents: list[Intent] = field(default_factory=list)
+    limits: str = ""  # the run's DELAYQ_TENANT_LIMITS (empty: none)
 
     @property
     def last_due_ms(self) -> int:
@@ -87,6 +102,23 @@ def partition_of(delay_id: str) -> int:
     return zlib.crc32(delay_id.encode()) % PARTITIONS
 
 
+def tenant_limits(rng: random.Random) -> str:
+    """A run's ``DELAYQ_TENANT_LIMITS``: caps of a few messages a second, so that every burst
+    of a capped tenant (``Shape.burst_size`` in one second) is spread over many."""
+    return json.dumps(
+        {
+            CAPPED: {"release_per_second": rng.randint(1, 3)},
+            METERED: {"ingest_per_second": rng.randint(1, 3)},
+            DEFERRED: {
+                "ingest_per_second": rng.randint(1, 2),
+                "over_quota": "defer",
+                "release_per_second": rng.randint(2, 4),
+            },
+        },
+        sort_keys=True,
+    )
+
+
 def generate(rng: random.Random, start_ms: int, shape: Shape) -> Workload:
     """The records of one run (deterministic for a given ``rng`` state)."""
     out: list[Intent] = []
@@ -97,7 +129,9 @@ def generate(rng: random.Random, start_ms: int, shape: Shape) -> Workload:
         counter += 1
         return f"m-{counter}"
 
-    def delay(send_ms: int, due_ms: int, delay_id: str, relative: bool = False) -> Intent:
+    def delay(
+        send_ms: int, due_ms: int, delay_id: str, relative: bool = False, tenant: str = ""
+    ) -> Intent:
         draw = rng.random()
         large = draw < shape.large
         at_limit = draw >= 1 - shape.at_limit
@@ -110,6 +144,8 @@ def generate(rng: random.Random, start_ms: int, shape: Shape) -> Workload:
             headers.append((c.HEADER_DELAY_MS, str(due_ms - send_ms).encode()))
         else:
             headers.append((c.HEADER_DELIVER_AT, str(due_ms).encode()))
+        if shape.limits:
+            headers += _tenant_headers(rng, tenant)
         headers.append(("trace", rng.randbytes(8).hex().encode()))
         key = delay_id.encode() if rng.random() < 0.8 else None
         if at_limit:  # key + value + user headers exactly at the limit ingest accepts
@@ -124,6 +160,7 @@ def generate(rng: random.Random, start_ms: int, shape: Shape) -> Workload:
             key,
             value,
             due_ms,
+            tenant=tenant,
         )
 
     def delay_ms() -> int:
@@ -146,40 +183,53 @@ def generate(rng: random.Random, start_ms: int, shape: Shape) -> Workload:
         if rng.random() < 0.02:  # a burst: many messages due in the same second
             due_ms = send_ms + max(0, delay_ms())
             second_ms = due_ms - due_ms % 1000
-            for _ in range(shape.burst_size):
-                out.append(delay(send_ms, second_ms + rng.randint(0, 999), new_id()))
+            tenant = rng.choice(TENANTS) if shape.limits else ""
+            out.extend(
+                delay(send_ms, second_ms + rng.randint(0, 999), new_id(), tenant=tenant)
+                for _ in range(shape.burst_size)
+            )
             made += shape.burst_size
             continue
         if rng.random() < shape.invalid:
-            delay_id = new_id()
-            bad_target = rng.random() < 0.5
-            headers = [
-                (c.HEADER_TARGET, (FORBIDDEN_TARGET if bad_target else TARGETS[0]).encode()),
-                (c.HEADER_ID, delay_id.encode()),
-                (c.HEADER_DELIVER_AT, (str(send_ms + 5_000) if bad_target else "soon").encode()),
-            ]
-            out.append(
-                Intent(
-                    "invalid",
-                    send_ms,
-                    delay_id,
-                    partition_of(delay_id),
-                    headers,
-                    None,
-                    rng.randbytes(40),
-                )
-            )
+            out.append(_invalid(rng, send_ms, new_id()))
             made += 1
             continue
         wait = delay_ms()  # a relative delay is never negative (the contract refuses it)
         message = delay(
-            send_ms, send_ms + wait, new_id(), relative=wait >= 0 and rng.random() < 0.3
+            send_ms,
+            send_ms + wait,
+            new_id(),
+            relative=wait >= 0 and rng.random() < 0.3,
+            tenant=rng.choice(TENANTS) if shape.limits else "",
         )
         out.append(message)
         made += 1
         _controls(rng, shape, message, out, delay)
     out.sort(key=lambda i: i.send_ms)
-    return Workload(out)
+    return Workload(out, tenant_limits(rng) if shape.limits else "")
+
+
+def _invalid(rng: random.Random, send_ms: int, delay_id: str) -> Intent:
+    """A record ingest rejects: a target off the allow-list, or a due time that is no number."""
+    bad_target = rng.random() < 0.5
+    headers = [
+        (c.HEADER_TARGET, (FORBIDDEN_TARGET if bad_target else TARGETS[0]).encode()),
+        (c.HEADER_ID, delay_id.encode()),
+        (c.HEADER_DELIVER_AT, (str(send_ms + 5_000) if bad_target else "soon").encode()),
+    ]
+    return Intent(
+        "invalid", send_ms, delay_id, partition_of(delay_id), headers, None, rng.randbytes(40)
+    )
+
+
+def _tenant_headers(rng: random.Random, tenant: str) -> list[tuple[str, bytes]]:
+    """A message's tenant and priority headers: the capped tenant's at low priority, the
+    others at any (normal when the header is left out)."""
+    headers = [(c.HEADER_TENANT, tenant.encode())] if tenant else []
+    priority = "low" if tenant == CAPPED else rng.choice(("high", "normal", "normal", "low"))
+    if priority != "normal" or rng.random() < 0.5:
+        headers.append((c.HEADER_PRIORITY, priority.encode()))
+    return headers
 
 
 def _controls(
@@ -207,7 +257,12 @@ def _controls(
         out.append(Intent("cancel", cancel_ms, message.delay_id, where, headers, None, None))
         if rng.random() < shape.reuse_after_cancel:
             send_ms = cancel_ms + rng.randint(1, 5_000)
-            again = delay(send_ms, send_ms + rng.randint(2_000, 1_800_000), message.delay_id)
+            again = delay(
+                send_ms,
+                send_ms + rng.randint(2_000, 1_800_000),
+                message.delay_id,
+                tenant=message.tenant,
+            )
             if again.due_ms != message.due_ms:
                 out.append(again)
         return

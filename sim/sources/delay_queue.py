@@ -5,16 +5,13 @@ dead-letter queue; a deleted message may come again (at-least-once)."""
 
 from __future__ import annotations
 
-from typing import Any, Final
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final
 
 from delayq.emitter import EmitterServices, emit_batch, messages_from_event
-from delayq.settings import Settings
-from sim.faults import Knobs
-from sim.functions import Container, Functions
-from sim.iam import Roles
+from sim.functions import Container
 from sim.sources.sqs import QueuePoller
-from sim.world import Invocation, World
-from testkit.aws import FakeSqs
+from sim.world import Invocation
 from testkit.events import queue_arn, sqs_record
 
 # From template.yaml: the emitter event source's BatchSize, batching window and maximum
@@ -26,32 +23,22 @@ DELAY_VISIBILITY_S: Final = 180
 DELAY_MAX_RECEIVES: Final = 10
 
 
+@dataclass(eq=False)
 class DelayQueueSource(QueuePoller):
-    """The delay queue's event source: up to ``EMITTER_CONCURRENCY`` emitter invocations at
-    once (``running``)."""
+    """A delay queue's event source: up to ``concurrency`` emitter invocations at once
+    (``running``); ``received`` counts the messages it handed to them."""
 
-    window_ms = EMITTER_WINDOW_MS
+    function: ClassVar[str] = "emitter"
+    window_ms: ClassVar[int] = EMITTER_WINDOW_MS
 
-    def __init__(
-        self,
-        world: World,
-        knobs: Knobs,
-        settings: Settings,
-        functions: Functions,
-        *,
-        sqs: FakeSqs,
-        roles: Roles,
-    ) -> None:
-        super().__init__(world, sqs, roles, "emitter", settings.delay_queue_url)
-        self.knobs = knobs
-        self.settings = settings
-        self.functions = functions
-        self.running = 0
+    concurrency: int = EMITTER_CONCURRENCY
+    running: int = field(default=0, init=False)
+    received: int = field(default=0, init=False)
 
     def poll(self) -> None:
         """Invoke the emitter with what the queue holds, while concurrency is left."""
         url = self.url
-        if self.running >= EMITTER_CONCURRENCY:
+        if self.running >= self.concurrency:
             return  # a finishing invocation polls again
         if not self.may("ReceiveMessage"):
             return
@@ -76,6 +63,7 @@ class DelayQueueSource(QueuePoller):
             self.wake()
             return
         self.running += 1
+        self.received += len(got)
         records = [
             sqs_record(
                 message_id=m["MessageId"],

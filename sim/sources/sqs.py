@@ -4,26 +4,35 @@ and that look at their queue again when its next message becomes visible."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import KW_ONLY, dataclass, field
 from functools import partial
 from typing import ClassVar
 
+from delayq.settings import Settings
+from sim.faults import Knobs
+from sim.functions import Functions
 from sim.iam import Roles
 from sim.world import World
 from testkit.aws import FakeSqs
 
 
+@dataclass(eq=False)
 class QueuePoller(ABC):
-    """The event source of one queue for one function; ``poll`` is its look at the queue."""
+    """The event source of one queue (``url``) for one function; ``poll`` is its look at the
+    queue. Subclasses name the function and add their own state as fields with defaults."""
 
+    function: ClassVar[str]
     window_ms: ClassVar[int] = 0  # the batching window after a message becomes visible
 
-    def __init__(self, world: World, sqs: FakeSqs, roles: Roles, function: str, url: str) -> None:
-        self.world = world
-        self.sqs = sqs
-        self.roles = roles
-        self.function = function
-        self.url = url
-        self._next_look: int | None = None
+    world: World
+    knobs: Knobs
+    settings: Settings
+    functions: Functions
+    _: KW_ONLY
+    sqs: FakeSqs
+    roles: Roles
+    url: str
+    _next_look: int | None = field(default=None, init=False, repr=False)
 
     @abstractmethod
     def poll(self) -> None:

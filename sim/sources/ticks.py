@@ -8,17 +8,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, field
+from typing import ClassVar, Final
 
 from delayq.scheduler import fire_timer, run_scheduler
-from delayq.settings import Settings
-from sim.faults import Knobs
-from sim.functions import Container, Functions
-from sim.iam import Roles
+from sim.functions import Container
 from sim.sources.sqs import QueuePoller
-from sim.world import Invocation, World
-from testkit.aws import FakeSqs
+from sim.world import Invocation
 
 # From template.yaml: the tick queue's visibility timeout and receive count, the timer's
 # asynchronous retries.
@@ -37,28 +33,17 @@ class SchedulerRun:
     watermark: int
 
 
+@dataclass(eq=False)
 class Ticks(QueuePoller):
     """The timer's schedule and the tick queue's event source. ``down`` is the scheduler's
     outage, ``(from, until)``, the run may plant (every invocation in it fails); ``runs`` the
     scheduler runs that returned."""
 
-    def __init__(
-        self,
-        world: World,
-        knobs: Knobs,
-        settings: Settings,
-        functions: Functions,
-        *,
-        sqs: FakeSqs,
-        roles: Roles,
-    ) -> None:
-        super().__init__(world, sqs, roles, "scheduler", settings.tick_queue_url)
-        self.knobs = knobs
-        self.settings = settings
-        self.functions = functions
-        self.down: tuple[int, int] = (0, 0)
-        self.runs: list[SchedulerRun] = []
-        self._ticking = False
+    function: ClassVar[str] = "scheduler"
+
+    down: tuple[int, int] = field(default=(0, 0), init=False)
+    runs: list[SchedulerRun] = field(default_factory=list, init=False)
+    _ticking: bool = field(default=False, init=False)
 
     def start(self, until_ms: int) -> None:
         """EventBridge's events, one a period, from the next period until ``until_ms``."""

@@ -262,6 +262,54 @@ def test_ingest_leaves_a_capped_message_past_its_slot_to_the_emitter(limited: Pi
     assert [d.delay_id for d in delivered.deliveries] == ["bulk-0"]
 
 
+def test_a_capped_message_whose_second_ends_before_ingest_produces_it_goes_to_the_emitter(
+    limited: Pipeline,
+) -> None:
+    # Due in this second, within its cap: the direct path takes it, but its cancel-marker read
+    # returns in the next second. Produced then, it would land in a second whose counter did
+    # not count it (found by the simulator with tenant limits, seed 52).
+    due_ms = NOW_MS - NOW_MS % 1000 + 500
+    limited.clock.now_ms = due_ms - 300
+
+    def slow_batch_get_item(**kwargs: Any) -> Any:
+        answer = limited.aws.dynamodb.batch_get_item(**kwargs)
+        limited.clock.advance(1_000)
+        return answer
+
+    proxy = ClientProxy(limited.aws.dynamodb, batch_get_item=slow_batch_get_item)
+    slow = limited.with_store_client(proxy)
+    result = slow.ingest(kafka_event(*records("bulk", 1, due_ms, 0)), direct=True)
+    assert proxy.calls  # the cancel-marker read took the clock into the next second
+    assert result.deliveries == []
+    queued = [x.request for e in limited.delayed() for x in decode_body(e.body) if x.request]
+    assert [r.delay_id for r in queued] == ["bulk-0"]
+    delivered = limited.deliver_released()
+    assert [d.delay_id for d in delivered.deliveries] == ["bulk-0"]
+    assert all(d.emitted_ms // 1000 > due_ms // 1000 for d in delivered.deliveries)
+
+
+def test_a_capped_message_whose_second_ends_while_the_emitter_holds_it_comes_back(
+    limited: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On time when the emitter takes it, but its hold ends in the next second (the container
+    # was paused): it goes back to the delay queue to claim a later second.
+    limited.ingest(kafka_event(*records("bulk", 1, DUE_MS, 0)))
+    (entry,) = limited.delayed()
+    limited.handed_over.add(id(entry))
+    limited.clock.now_ms = DUE_MS - 200
+    sleep = limited.clock.sleep
+    monkeypatch.setattr(limited.clock, "sleep", lambda seconds: sleep(seconds + 1.0))
+    result = limited.emit([entry])
+    assert result.deliveries == []
+    assert result.failed == []
+    (resent,) = [e for e in limited.delayed() if e is not entry]
+    assert resent.release_ms == limited.clock()  # back at once
+    monkeypatch.setattr(limited.clock, "sleep", sleep)
+    delivered = limited.deliver_released()
+    assert [d.delay_id for d in delivered.deliveries] == ["bulk-0"]
+    assert all(d.emitted_ms // 1000 > DUE_MS // 1000 for d in delivered.deliveries)
+
+
 def test_without_strict_caps_ingest_sends_it_direct(limited: Pipeline) -> None:
     limited.settings = limited.settings.with_overrides(strict_caps=0)
     result = limited.ingest(kafka_event(*records("bulk", 1, NOW_MS - 2000, 0)), direct=True)

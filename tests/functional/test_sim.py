@@ -13,11 +13,14 @@ from typing import Any
 import pytest
 
 from delayq import constants as c
-from delayq import retry
+from delayq import ingest, retry, shaping
 from delayq.buckets import expires_at
 from delayq.cleanup import TtlCleanup
+from delayq.envelope import Envelope
 from delayq.kafka import KafkaDelivery, OutRecord
+from delayq.limits import TenantLimits
 from delayq.pending import PendingCounts
+from delayq.records import DelayRequest, Rejection
 from delayq.store import MessageStore, Page
 from sim.__main__ import main, seeds_of
 from sim.aws import StreamRecord
@@ -27,13 +30,18 @@ from sim.iam import roles
 from sim.pipeline import Pipeline, sim_settings
 from sim.run import run_seed, simulate
 from sim.sources.stream import STREAM_PARALLELIZATION, lane_of
-from sim.workload import Shape, Workload
+from sim.workload import CAPPED, DEFERRED, METERED, Shape, Workload
 from sim.world import Crash, World
 from testkit.clock import NOW_MS
 from testkit.kafka import ProducedRecord
+from tests.factories import delay_request
 
 # A small run: 80 requests written over 5 minutes, due within 40 minutes.
 SMALL = Shape(messages=80, window_ms=5 * 60_000, max_delay_ms=40 * 60_000)
+# The same with tenant limits: seed 1 has a burst of the quota'd tenant (rejected over its
+# quota), capped and deferred messages released after due, at every priority.
+LIMITED = dataclasses.replace(SMALL, limits=True)
+LIMITED_SEED = 1
 
 
 @cache
@@ -402,3 +410,192 @@ def test_with_release_caps_every_function_stays_within_its_role() -> None:
         i for i in pipeline.dynamodb.items(settings.table_name) if i["pk"]["S"].startswith("rate#")
     ]
     assert counters
+
+
+@cache
+def limited_run() -> tuple[Pipeline, Workload]:
+    return simulate(LIMITED_SEED, LIMITED, Knobs.calm())
+
+
+def test_with_tenant_limits_the_limits_bind_and_no_guarantee_breaks() -> None:
+    pipeline, workload = limited_run()
+    verdict = Checker(pipeline, workload).run()
+    assert verdict.violations == []
+    assert verdict.unacknowledged == 0
+    assert verdict.over_quota > 0  # the quota'd tenant's burst, in the reject queue whole
+    assert verdict.limited > 0
+    assert sum(verdict.limited_lateness.values()) == verdict.limited
+    tenants = {i.delay_id: i.tenant for i in workload.intents if i.kind == "delay"}
+    held = {
+        tenants[(p.record.header(c.HEADER_ID) or b"").decode()]
+        for p in pipeline.cluster.log
+        if p.record.header(c.HEADER_RELEASE_MS)
+    }
+    assert held == {CAPPED, DEFERRED}  # released after due by a cap, or deferred
+    assert pipeline.settings.limits.of(METERED).ingest_per_second is not None
+    # One delay queue per priority, each with its own event source, all of them used.
+    assert len(pipeline.delay_queues) == 3
+    assert [poller.url for poller in pipeline.delay_queues] == list(pipeline.delay_queue_urls)
+    assert all(poller.received for poller in pipeline.delay_queues)
+
+
+def _slots_ignore_the_counters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every capped message gets a slot in its due second, whatever the counter says."""
+
+    def release_slots(
+        _claim: Any, _key: str, due_second: int, count: int, _per_second: int, **kw: Any
+    ) -> list[tuple[int, int]]:
+        return [(max(due_second, kw.get("first_second") or due_second), count)]
+
+    monkeypatch.setattr(shaping, "release_slots", release_slots)
+
+
+def _slot_replaces_due_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A message's release is the start of its slot's second, even before its due time, and
+    the release replaces the due time when it is produced."""
+
+    def released(request: DelayRequest, slot_second: int) -> DelayRequest:
+        return dataclasses.replace(request, release_ms=slot_second * 1000)
+
+    monkeypatch.setattr(shaping, "_released", released)
+    monkeypatch.setattr(
+        DelayRequest,
+        "release_at_ms",
+        property(lambda r: r.paced_ms or r.release_ms or r.due_ms),
+    )
+
+
+def _quota_rejects_lose_their_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reject of a record over its quota keeps its coordinates but not its value."""
+    refused = ingest._refused
+
+    def without_value(event: Any, over: Any) -> list[Rejection]:
+        return [
+            dataclasses.replace(r, record={**r.record, "value": None}) for r in refused(event, over)
+        ]
+
+    monkeypatch.setattr(ingest, "_refused", without_value)
+
+
+def _deferring_quota_rejects(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over its quota, a deferring tenant's messages are rejected instead (ingest reads its
+    limits as if they said ``reject``)."""
+    admit = shaping.Shaper.admit
+
+    def rejecting(self: shaping.Shaper, *args: Any) -> shaping.Admission:
+        named = tuple(
+            (name, dataclasses.replace(limits, over_quota="reject"))
+            for name, limits in self.limits.named
+        )
+        limits = TenantLimits(named, self.limits.default)
+        return admit(dataclasses.replace(self, limits=limits), *args)
+
+    monkeypatch.setattr(shaping.Shaper, "admit", rejecting)
+
+
+# Seed 7 has a burst of the deferring tenant (seed 1 has none over its quota).
+@pytest.mark.parametrize(
+    ("plant", "seed", "kind"),
+    [
+        (_slots_ignore_the_counters, LIMITED_SEED, "cap"),
+        (_slot_replaces_due_time, LIMITED_SEED, "early"),
+        (_quota_rejects_lose_their_value, LIMITED_SEED, "lost"),
+        (_deferring_quota_rejects, 7, "refused"),
+    ],
+    ids=["over-the-cap", "capped-early", "quota-reject-without-bytes", "deferral-rejected"],
+)
+def test_with_tenant_limits_the_checker_finds_a_planted_defect(
+    monkeypatch: pytest.MonkeyPatch,
+    plant: Callable[[pytest.MonkeyPatch], None],
+    seed: int,
+    kind: str,
+) -> None:
+    run = limited_run() if seed == LIMITED_SEED else simulate(seed, LIMITED, Knobs.calm())
+    assert violations(*run) == []
+    plant(monkeypatch)
+    assert kind in violations(*simulate(seed, LIMITED, Knobs.calm()))
+
+
+def _stored_capped_delivery(pipeline: Pipeline, workload: Workload) -> tuple[int, Any]:
+    """The index in the cluster's log of the first delivery of a stored message its cap
+    released after due, with no cancel or reschedule after it."""
+    checker = Checker(pipeline, workload)
+    controlled = {i.delay_id for i in workload.intents if i.kind != "delay"}
+    for index, produced in enumerate(pipeline.cluster.log):
+        key = (
+            (produced.record.header(c.HEADER_ID) or b"").decode(),
+            int(produced.record.header(c.HEADER_DUE_MS) or 0),
+        )
+        intent = checker.by_key.get(key)
+        ack = checker.ack_ms[id(intent)] if intent else None
+        if (
+            intent is not None
+            and ack is not None
+            and produced.record.header(c.HEADER_RELEASE_MS)
+            and intent.delay_id not in controlled
+            and intent.due_ms - ack > 20 * 60_000
+            and len(checker.deliveries[key]) == 1
+        ):
+            return index, key
+    raise AssertionError("no stored capped message in the run")
+
+
+def test_with_tenant_limits_a_capped_message_is_judged_from_its_release_slot() -> None:
+    pipeline, workload = limited_run()
+    original = pipeline.cluster.log
+    index, key = _stored_capped_delivery(pipeline, workload)
+    first = original[index]
+    release = int(first.record.header(c.HEADER_RELEASE_MS) or 0)
+    assert release > key[1]
+
+    def judged(at_ms: int, emitted_ms: int) -> list[str]:
+        headers = tuple(
+            (n, str(emitted_ms).encode() if n == c.HEADER_EMITTED_MS else v)
+            for n, v in first.record.headers
+        )
+        record = dataclasses.replace(first.record, headers=headers)
+        pipeline.cluster.log = [
+            *original[:index],
+            dataclasses.replace(first, record=record, at_ms=at_ms),
+            *original[index + 1 :],
+        ]
+        try:
+            return violations(pipeline, workload)
+        finally:
+            pipeline.cluster.log = original
+
+    assert judged(first.at_ms, release) == []
+    # After its due time but before its release: early.
+    assert judged(first.at_ms, release - 1) == ["early"]
+    # Half an hour after its release second was passed: held, unless the emitter gave it a
+    # new slot (it was late there) and it went within 10 minutes of that slot.
+    late = release + 30 * 60_000
+    assert judged(late, late) == ["held"]
+    pipeline.paced[key] = late - 5 * 60_000
+    try:
+        assert judged(late, late) == []
+    finally:
+        del pipeline.paced[key]
+
+
+def test_with_tenant_limits_pending_counts_are_judged_in_the_period_of_each_release(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pipeline, workload = limited_run()
+    assert Checker(pipeline, workload)._overcounted() == []
+    monkeypatch.setattr(Checker, "_limited", lambda _self, _intent: False)  # at due times
+    assert {v.kind for v in Checker(pipeline, workload)._overcounted()} == {"counted"}
+
+
+def test_the_pipeline_keeps_the_slot_a_late_capped_message_was_paced_to() -> None:
+    pipeline, _ = limited_run()
+    request = dataclasses.replace(
+        delay_request(delay_id="late-1", due_ms=NOW_MS), tenant=CAPPED, paced_ms=NOW_MS + 7_000
+    )
+    url = pipeline.delay_queue_urls[-1]
+    before = dict(pipeline.paced)
+    pipeline._sent(url, {"QueueUrl": url, "MessageBody": Envelope(request).encode()})
+    try:
+        assert pipeline.paced == {**before, ("late-1", NOW_MS): NOW_MS + 7_000}
+    finally:
+        pipeline.paced.pop(("late-1", NOW_MS), None)

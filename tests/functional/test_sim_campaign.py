@@ -15,14 +15,17 @@ from sim.campaign import code_version
 ARGS = ["--workers", "1", "--hours", "0.05", "--messages", "37", "--quiet"]
 
 
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Seeds 3-5 in one run, and in two chunks (3-4, then 5)."""
+@pytest.fixture(scope="module", params=[[], ["--limits"]], ids=["plain", "limits"])
+def shards(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> dict[str, Path]:
+    """Seeds 3-5 in one run, and in two chunks (3-4, then 5); as they are and with tenant
+    limits (whose capped messages have their own lateness histogram)."""
     folder = tmp_path_factory.mktemp("campaign")
     out: dict[str, Path] = {}
     for name, seeds in (("whole", "3-5"), ("first", "3-4"), ("second", "5")):
         out[name] = folder / f"seeds-{seeds}.json"
-        assert main(["--seeds", seeds, *ARGS, "--out", str(out[name])]) == 0
+        assert main(["--seeds", seeds, *ARGS, *request.param, "--out", str(out[name])]) == 0
     return out
 
 
@@ -55,6 +58,9 @@ def test_the_merged_chunks_are_the_run_over_all_their_seeds(
     assert whole["seeds"]["ranges"] == [[3, 5]]
     assert whole["lateness_histogram"]["bucket_ms"] == 10
     assert sum(whole["lateness_histogram"]["all"].values()) == whole["lateness_ms"]["messages"]
+    limited = whole["lateness_limited_from_release_ms"]
+    assert sum(whole["lateness_histogram"]["limited_from_release"].values()) == limited["messages"]
+    assert (limited["messages"] > 0) == whole["shape"]["limits"]
     version = code_version()
     assert whole["code"] == [{**version, "seeds": [[3, 5]]}]
     assert "merged 2 shards" in text

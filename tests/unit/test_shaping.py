@@ -199,6 +199,20 @@ def test_over_its_quota_a_deferring_tenant_is_released_at_the_quota_rate(
     assert [released[f"noisy-{i}"] for i in range(12)] == [DUE_S] * 8 + [DUE_S + 1] * 4
 
 
+def test_a_capped_tenant_deferred_over_its_quota_never_gets_more_than_its_cap_in_a_second(
+    store: MessageStore,
+) -> None:
+    # Found by the simulator (seed 0 of `python -m sim --limits`): the deferred messages had
+    # their own counter, so a second held the cap's messages and the quota's on top.
+    limits = '{"noisy": {"release_per_second": 3, "ingest_per_second": 4, "over_quota": "defer"}}'
+    shaper = Shaper(store, parse_limits(limits))
+    admission = shaper.admit(burst("noisy", 12), NOW_MS, Deadline.after(30))
+    assert (admission.deferred, len(admission.admitted), admission.refused) == (8, 12, [])
+    assert all(r.release_at_ms >= r.due_ms for r in admission.admitted)
+    per_second = Counter(buckets.due_second(r.release_at_ms) for r in admission.admitted)
+    assert sorted(per_second.items()) == [(DUE_S + n, 3) for n in range(4)]
+
+
 def test_messages_a_cap_cannot_place_are_refused_and_the_rest_admitted(
     store: MessageStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

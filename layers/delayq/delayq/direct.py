@@ -21,10 +21,12 @@ from delayq import constants as c
 from delayq.clock import Clock, Sleep
 from delayq.exceptions import DelayQueueError
 from delayq.kafka import KafkaDelivery
+from delayq.limits import TenantLimits
 from delayq.producing import Delivery, produce_at_due, record_deliveries
 from delayq.records import DelayRequest
 from delayq.retry import Deadline
 from delayq.settings import Settings
+from delayq.shaping import missed_slot_cap
 from delayq.stats import DeliveryStats
 from delayq.store import MessageStore
 
@@ -85,6 +87,9 @@ def deliver_direct(
         key=lambda r: r.release_at_ms,
     )
     result.cancelled = len(requests) - len(ready)
+    # With strict caps, a capped message whose release second ends before it is produced
+    # (the cancel-marker read, the hold) is left to the emitter, which gives it a new slot.
+    limits = settings.limits if settings.strict_caps else TenantLimits()
     run = produce_at_due(
         ready,
         due_of=lambda r: r.release_at_ms,
@@ -95,8 +100,10 @@ def deliver_direct(
         sleep=sleep,
         deadline=deadline,
         reserve_seconds=settings.kafka_timeout_seconds + c.EMIT_RESERVE_SECONDS,
+        missed=lambda r, now: missed_slot_cap(r, limits, now) is not None,
     )
     result.fallback.extend(run.left)
+    result.fallback.extend(run.missed)
     for produced in run.produced:
         request = produced.item
         if produced.outcome is not None:

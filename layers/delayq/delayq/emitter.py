@@ -56,7 +56,7 @@ from delayq.records import DelayRequest, Reason, RejectedRecord, Rejection
 from delayq.retry import Deadline
 from delayq.settings import Settings
 from delayq.settlement import Retry, after_failure, when_due
-from delayq.shaping import Shaper
+from delayq.shaping import Shaper, missed_slot_cap
 from delayq.stats import DeliveryStats
 from delayq.store import MessageStore
 
@@ -451,6 +451,7 @@ class _EmitRun:
             self.settings.max_payload_bytes,
             self.deadline,
         )
+        shaper = self.services.shaper
         try:
             run = produce_at_due(
                 items,
@@ -462,6 +463,9 @@ class _EmitRun:
                 sleep=self.sleep,
                 deadline=self.deadline,
                 reserve_seconds=self.settings.kafka_timeout_seconds + c.EMIT_RESERVE_SECONDS,
+                missed=None
+                if shaper is None
+                else lambda r, now: missed_slot_cap(r, shaper.limits, now) is not None,
             )
         finally:
             fetches.close()
@@ -469,6 +473,10 @@ class _EmitRun:
             self.fail(item, failure)
         if run.left:
             self.put_back(run.left)
+        # Its second ended before it went (a slow fetch, the batch before it): produced now, it
+        # would land in a second that did not count it. It comes back for another.
+        for item in run.missed:
+            self.again(item, self.clock())
         for produced in run.produced:
             item = produced.item
             if produced.outcome is not None:

@@ -85,12 +85,14 @@ class Produced(Generic[T]):
 
 @dataclass
 class ProduceRun(Generic[T]):
-    """What became of the items: produced (with their reports), not loadable, or left over
-    because the deadline came first."""
+    """What became of the items: produced (with their reports), not loadable, left over
+    because the deadline came first, or not produced because ``missed`` said they could no
+    longer go when their time came."""
 
     produced: list[Produced[T]] = field(default_factory=list)
     unloaded: list[tuple[T, Undelivered]] = field(default_factory=list)
     left: list[T] = field(default_factory=list)
+    missed: list[T] = field(default_factory=list)
 
 
 def produce_at_due(
@@ -104,10 +106,13 @@ def produce_at_due(
     sleep: Sleep,
     deadline: Deadline,
     reserve_seconds: float,
+    missed: Callable[[DelayRequest, int], bool] | None = None,
 ) -> ProduceRun[T]:
     """Produce each item at its due time. ``load(i)`` gives item ``i`` ready to produce (its
     value in memory) or why it cannot be; it is called just before the item is produced, so a
-    caller can fetch values lazily."""
+    caller can fetch values lazily. ``missed(request, now)``, asked at the moment it would be
+    produced, keeps back an item that may no longer go then (a capped message whose release
+    second has passed: that second's counter counted it, the current one did not)."""
     run: ProduceRun[T] = ProduceRun()
     outcomes: list[Undelivered | None] = []
     pending: list[tuple[T, int, int]] = []
@@ -121,6 +126,9 @@ def produce_at_due(
             run.unloaded.append((item, loaded))
             continue
         now = wait_until(loaded.release_at_ms, clock, sleep)
+        if missed is not None and missed(loaded, now):
+            run.missed.append(item)
+            continue
         attempt = attempt_of(item, loaded)
         record = OutRecord(
             loaded.target, loaded.key, loaded.value, delivery_headers(loaded, now, attempt)

@@ -12,7 +12,8 @@ messages due meanwhile do not wait behind it. The time a message waits for its s
 **Ingest quota.** A tenant's messages accepted in one second of ingest are counted; over
 ``ingest_per_second``, the rest of them are rejected with reason ``quota-exceeded`` (original
 bytes kept, as for every reject) or, with ``"over_quota": "defer"``, accepted and given slots
-at the quota's rate from their due time on.
+at the quota's rate from their due time on (from the release cap's counters, at most the cap,
+when the tenant also has one).
 
 Both are DynamoDB counters (``rate#<tenant>#<second>``, ``quota#<tenant>#<second>``), one
 atomic ``ADD`` per tenant and second touched per batch, only for tenants that have a limit. A
@@ -171,8 +172,12 @@ class Shaper:
                     admission,
                 )
             if over and limits.defers and limits.ingest_per_second is not None:
-                key = f"{c.RATE_PK_PREFIX}{tenant}/deferred"
-                within += self._release(key, over, limits.ingest_per_second, deadline, admission)
+                key, rate = f"{c.RATE_PK_PREFIX}{tenant}/deferred", limits.ingest_per_second
+                if limits.release_per_second is not None:
+                    # Deferred messages are the tenant's too: they take slots of its cap (never
+                    # over it), at the lower of the two rates.
+                    key, rate = f"{c.RATE_PK_PREFIX}{tenant}", min(rate, limits.release_per_second)
+                within += self._release(key, over, rate, deadline, admission)
                 admission.deferred += len(over)
             elif over:
                 detail = (
