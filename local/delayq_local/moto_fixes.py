@@ -24,6 +24,13 @@ concurrent `GetItem` saw the key without its attributes (the scheduler's progres
 its second), and two conditional creates could interleave. Every DynamoDB item operation of
 the backend now runs under one lock, as one step.
 
+Fidelity: a DynamoDB `Scan` reads a table item by item and never holds up other requests.
+Under that one lock a whole Scan page would (moto lists, sorts and copies every item of the
+table for each page): the local TTL emulator's sweep of a table of 20,000 messages held every
+other DynamoDB call, the emitters' cancel-marker reads and the scheduler's queries, for up to
+seconds, every sweep. A Scan now takes the lock only to list the table and to copy or size
+each item, so the other operations run between its items.
+
 Fidelity: moto drops a FIFO message as a duplicate only while the first message with that
 de-duplication id is still in the queue; SQS drops it for 5 minutes after the first was sent,
 deleted or not. The wrapper keeps the ids for those 5 minutes.
@@ -40,6 +47,7 @@ from typing import Any, Final
 
 from moto.core import utils as moto_utils
 from moto.dynamodb import models as dynamodb_models
+from moto.dynamodb.models import dynamo_type
 from moto.dynamodb.models import table as dynamodb_table
 from moto.sqs import models as sqs_models
 
@@ -91,17 +99,38 @@ def _deduplicating(add_message: Callable[[Any, Any], None]) -> Callable[[Any, An
     return add
 
 
-def _one_partition(all_items: Callable[[Any], list[Any]]) -> Callable[[Any], list[Any]]:
-    def listing(table: Any) -> list[Any]:
-        if id(getattr(_querying, "table", None)) != id(table):
-            return all_items(table)
+def _listing(table: Any) -> list[Any]:
+    """``Table.all_items``: the table-key Query's partition only; any other listing (a Scan,
+    an index Query) is taken under the item lock and sorted outside it, as moto sorts it."""
+    if id(getattr(_querying, "table", None)) == id(table):
         found = table.items.get(_querying.hash_key)
-        if found is None:
-            return []
-        items = list(found.values()) if table.range_key_attr else [found]
-        return sorted(items, key=lambda x: (x.hash_key, x.range_key) if x.range_key else x.hash_key)
+        partitions = [] if found is None else [found]
+        return sorted(_items(table, partitions), key=_item_order)
+    with _dynamodb_lock:
+        items = _items(table, list(table.items.values()))
+    return sorted(items, key=_item_order)
 
-    return listing
+
+def _items(table: Any, partitions: list[Any]) -> list[Any]:
+    if not table.range_key_attr:
+        return partitions
+    return [item for partition in partitions for item in partition.values()]
+
+
+def _item_order(item: Any) -> Any:
+    return (item.hash_key, item.range_key) if item.range_key else item.hash_key
+
+
+def _per_item(read: Callable[..., Any]) -> Callable[..., Any]:
+    """An item read (copy, size) as one step against the item operations: a Scan outside the
+    lock never sees an item half updated."""
+
+    def locked(item: Any, *args: Any) -> Any:
+        with _dynamodb_lock:
+            return read(item, *args)
+
+    locked.__qualname__ = f"_per_item.{read.__name__}"
+    return locked
 
 
 def _scoped_query(query: Callable[..., Any]) -> Callable[..., Any]:
@@ -121,15 +150,17 @@ def _scoped_query(query: Callable[..., Any]) -> Callable[..., Any]:
 
 
 # The DynamoDB backend's item operations, each made one atomic step (see the docstring).
+# Not `scan`: it reads item by item (`_per_item`, `_listing`).
 ATOMIC_DYNAMODB_OPERATIONS: Final = (
     "put_item",
     "get_item",
     "update_item",
     "delete_item",
     "query",
-    "scan",
     "transact_write_items",
 )
+# What a Scan reads of each item, each under the item lock.
+PER_ITEM_READS: Final = ("__deepcopy__", "size")
 _dynamodb_lock = threading.RLock()
 
 
@@ -170,6 +201,7 @@ def apply() -> None:
             (dynamodb_table.Table, "query"),
             (dynamodb_table.Table, "all_items"),
             *((dynamodb_models.DynamoDBBackend, n) for n in ATOMIC_DYNAMODB_OPERATIONS),
+            *((dynamo_type.Item, n) for n in PER_ITEM_READS),
         )
         for owner, name in originals:
             if not callable(getattr(owner, name, None)):
@@ -180,8 +212,10 @@ def apply() -> None:
         queue.add_message = _deduplicating(queue.add_message)  # type: ignore[method-assign,assignment]
         table = dynamodb_table.Table
         table.query = _scoped_query(table.query)  # type: ignore[method-assign]
-        table.all_items = _one_partition(table.all_items)  # type: ignore[method-assign,assignment]
+        table.all_items = _listing  # type: ignore[method-assign,assignment]
         for name in ATOMIC_DYNAMODB_OPERATIONS:
             dynamodb = dynamodb_models.DynamoDBBackend
             setattr(dynamodb, name, _atomic(getattr(dynamodb, name)))
+        for name in PER_ITEM_READS:
+            setattr(dynamo_type.Item, name, _per_item(getattr(dynamo_type.Item, name)))
         _applied = True
