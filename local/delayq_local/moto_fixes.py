@@ -15,7 +15,8 @@ every item of the table, then keeping those of the queried partition key, so eac
 scheduler's Query calls (one per shard and due-second) cost a sort of the whole table: with
 20,000 messages stored, the scheduler read about one due-second per wall-clock second and fell
 behind. The change hands that Query the queried partition's items only (sorted as before);
-queries on an index and every other caller of the listing are unchanged.
+queries on an index and every other caller of the listing get the whole table, sorted as
+before on the keys' values (21,000 items: 60 ms rather than 1.6 s on a busy 2-core machine).
 
 Fidelity: DynamoDB applies each item write atomically, and conditional writes on one item one
 after the other. moto's server answers requests on several threads, and its `UpdateItem` of a
@@ -118,7 +119,12 @@ def _items(table: Any, partitions: list[Any]) -> list[Any]:
 
 
 def _item_order(item: Any) -> Any:
-    return (item.hash_key, item.range_key) if item.range_key else item.hash_key
+    """moto's order, on the keys' values: a DynamoType compares by its ``cast_value`` (and a
+    key attribute has one type), so this sorts the same, comparing strings or numbers rather
+    than calling DynamoType's comparisons in Python (most of a large table's listing time)."""
+    if item.range_key:
+        return (item.hash_key.cast_value, item.range_key.cast_value)
+    return item.hash_key.cast_value
 
 
 def _per_item(read: Callable[..., Any]) -> Callable[..., Any]:

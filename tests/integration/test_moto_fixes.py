@@ -384,3 +384,41 @@ def test_a_scan_does_not_hold_up_the_other_item_operations(
     assert waited == [True]
     # Every item once, in moto's order (partition, then sort key), across pages.
     assert keys == sorted(f"p{i % 3}/{i:02d}" for i in range(30))
+
+
+def test_a_scan_sorts_the_table_on_the_key_values(
+    moto_server: MotoServer, endpoint: AwsEndpoint, stack_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Sorting 21,000 DynamoType keys through their Python comparisons took 1.6 s a Scan page
+    # on a busy machine; on their values, 60 ms (same order: DynamoType compares its values).
+    ddb = endpoint.client("dynamodb")
+    ddb.create_table(
+        TableName=stack_name,
+        BillingMode="PAY_PER_REQUEST",
+        KeySchema=[
+            {"AttributeName": "pk", "KeyType": "HASH"},
+            {"AttributeName": "sk", "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "N"},
+        ],
+    )
+    for i in range(40):
+        ddb.put_item(TableName=stack_name, Item={"pk": {"S": f"p{i % 4}"}, "sk": {"N": str(i)}})
+    compared: list[str] = []
+    less = dynamo_type.DynamoType.__lt__
+
+    def counted(a: Any, b: Any) -> bool:
+        compared.append("<")
+        return bool(less(a, b))
+
+    monkeypatch.setattr(dynamo_type.DynamoType, "__lt__", counted)
+
+    items = ddb.scan(TableName=stack_name)["Items"]
+
+    assert compared == []
+    # Numbers in numeric order (9 before 10), partitions in key order.
+    assert [(i["pk"]["S"], int(i["sk"]["N"])) for i in items] == sorted(
+        (f"p{i % 4}", i) for i in range(40)
+    )
