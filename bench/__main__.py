@@ -40,6 +40,11 @@ def parse(argv: list[str] | None = None) -> Options:
     parser.add_argument(
         "--fairness-cap", type=int, default=None, help="the burst tenant's cap (default: 100/s)"
     )
+    parser.add_argument(
+        "--fairness-phases",
+        default=None,
+        help="its phases, comma-separated (default: before,after)",
+    )
     parser.add_argument("--steady-rate", type=float, default=None, help="messages/s locally")
     parser.add_argument("--steady-seconds", type=float, default=None, help="default: 60")
     parser.add_argument("--repeats", type=int, default=None, help="timed CPU runs (7)")
@@ -67,6 +72,8 @@ def parse(argv: list[str] | None = None) -> Options:
         fairness = replace(fairness, burst_messages=args.fairness_burst)
     if args.fairness_cap is not None:
         fairness = replace(fairness, release_per_second=args.fairness_cap)
+    if args.fairness_phases is not None:
+        fairness = replace(fairness, phases=tuple(args.fairness_phases.split(",")))
     options = replace(options, fairness=fairness)
     if args.repeats is not None:
         options = replace(options, cpu=replace(options.cpu, repeats=args.repeats))

@@ -399,29 +399,7 @@ def _fairness_rows(fairness: Mapping[str, Any]) -> list[tuple[str, str, str, str
     rows: list[tuple[str, str, str, str, str]] = []
     local = fairness.get("local")
     if local:
-        by, burst = local["bystander_p99_ms"], local["burst_p99_ms"]
-        after = local["phases"]["after"]["burst"]
-        rows.append(
-            (
-                "fairness (local): bystander p99 before / after (ms)",
-                f"{_fmt(by['before'], 0)} / {_fmt(by['after'], 0)}",
-                f"after <= {_fmt(local['goal_bystander_p99_ms'], 0)}",
-                _verdict(local.get("met")),
-                local["source"],
-            )
-        )
-        rows.append(
-            (
-                "fairness (local): burst p99 from release before / after (ms); max per "
-                "release second / per emitted second; early",
-                f"{_fmt(burst['before'], 0)} / {_fmt(burst['after'], 0)}; "
-                f"{after['max_per_release_second']} / {after['max_per_second']}; "
-                f"{after['early']}",
-                "cap kept, 0 early",
-                _verdict(bool(after["cap_respected"]) and after["early"] == 0),
-                local["source"],
-            )
-        )
+        rows.extend(_local_fairness_rows(local))
     aws = fairness.get("aws_scale")
     if aws:
         for goal in aws["goals"]:
@@ -435,4 +413,34 @@ def _fairness_rows(fairness: Mapping[str, Any]) -> list[tuple[str, str, str, str
                     f"simulated at AWS scale; bound by {goal['bound_by']}{lifted}",
                 )
             )
+    return rows
+
+
+def _local_fairness_rows(local: Mapping[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """The local stack's phases (the burst's row needs the 'after' phase)."""
+    by, burst = local["bystander_p99_ms"], local["burst_p99_ms"]
+    rows = [
+        (
+            "fairness (local): bystander p99 before / after (ms)",
+            f"{_fmt(by['before'], 0)} / {_fmt(by['after'], 0)}",
+            f"after <= {_fmt(local['goal_bystander_p99_ms'], 0)}",
+            _verdict(local.get("met")),
+            local["source"],
+        )
+    ]
+    after = local["phases"].get("after")
+    if after is not None:
+        capped = after["burst"]
+        rows.append(
+            (
+                "fairness (local): burst p99 from release before / after (ms); max per "
+                "release second / per emitted second; early",
+                f"{_fmt(burst['before'], 0)} / {_fmt(burst['after'], 0)}; "
+                f"{capped['max_per_release_second']} / {capped['max_per_second']}; "
+                f"{capped['early']}",
+                "cap kept, 0 early",
+                _verdict(bool(capped["cap_respected"]) and capped["early"] == 0),
+                local["source"],
+            )
+        )
     return rows

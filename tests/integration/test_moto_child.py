@@ -4,15 +4,20 @@ parent's use of it."""
 
 from __future__ import annotations
 
+import gc
+import io
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from delayq_local import AwsEndpoint, LocalStackError, MotoServer
+from delayq_local import AwsEndpoint, LocalStackError, MotoServer, moto_child
+from delayq_local.moto_child import freeze_survivors
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -88,3 +93,60 @@ def test_the_child_exits_when_its_parent_dies() -> None:
     while _alive(child_pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(child_pid)
+
+
+@pytest.fixture
+def collector() -> Iterator[None]:
+    """The child's collection policy installed in this process for the test; nothing left
+    frozen after it."""
+    gc.collect()
+    gc.unfreeze()
+    gc.callbacks.append(freeze_survivors)
+    try:
+        yield
+    finally:
+        gc.callbacks.remove(freeze_survivors)
+        gc.unfreeze()
+
+
+def test_a_full_collection_freezes_its_survivors(collector: None) -> None:
+    kept = [{"item": i} for i in range(1000)]
+    gc.collect(1)
+    assert gc.get_freeze_count() == 0  # a young collection walks only the young
+    gc.collect()
+    assert gc.get_freeze_count() >= len(kept)
+    assert gc.get_objects(2) == []  # the next full collection starts from nothing
+
+
+def test_later_full_collections_walk_only_what_is_newer(collector: None) -> None:
+    gc.collect()
+    frozen = gc.get_freeze_count()
+    newer = [[i] for i in range(500)]
+    gc.collect()
+    assert gc.get_freeze_count() >= frozen + len(newer)
+    assert gc.get_objects(2) == []
+
+
+def test_the_child_installs_the_policy_before_serving(monkeypatch: pytest.MonkeyPatch) -> None:
+    installed: list[bool] = []
+
+    class Server:
+        def __init__(self, **_: Any) -> None:
+            installed.append(freeze_survivors in gc.callbacks)
+
+        def start(self) -> None: ...
+
+        def get_host_and_port(self) -> tuple[str, int]:
+            return "127.0.0.1", 1
+
+        def stop(self) -> None: ...
+
+    monkeypatch.setattr(moto_child, "ThreadedMotoServer", Server)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    try:
+        assert moto_child.main(["moto_child", "127.0.0.1", "0"]) == 0
+    finally:
+        gc.callbacks.remove(freeze_survivors)
+        gc.unfreeze()
+    assert installed == [True]
