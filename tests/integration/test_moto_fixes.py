@@ -325,15 +325,10 @@ def test_queries_answer_as_before_with_the_fixes(
     assert ddb.scan(TableName=stack_name)["Count"] == 60
 
 
-def test_a_scan_does_not_hold_up_the_other_item_operations(
-    moto_server: MotoServer, endpoint: AwsEndpoint, stack_name: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # DynamoDB's Scan never holds up writes (the TTL emulator scans the whole table every few
-    # seconds). The scan is stopped on its first item until a write of another thread is
-    # done: under a table-wide lock that write could not be, and the scan would give up.
-    ddb = endpoint.client("dynamodb")
+def pk_sk_table(ddb: Any, name: str, sort_key_type: str) -> None:
+    """An on-demand table keyed by a string ``pk`` and a ``sk`` of ``sort_key_type``."""
     ddb.create_table(
-        TableName=stack_name,
+        TableName=name,
         BillingMode="PAY_PER_REQUEST",
         KeySchema=[
             {"AttributeName": "pk", "KeyType": "HASH"},
@@ -341,9 +336,19 @@ def test_a_scan_does_not_hold_up_the_other_item_operations(
         ],
         AttributeDefinitions=[
             {"AttributeName": "pk", "AttributeType": "S"},
-            {"AttributeName": "sk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": sort_key_type},
         ],
     )
+
+
+def test_a_scan_does_not_hold_up_the_other_item_operations(
+    moto_server: MotoServer, endpoint: AwsEndpoint, stack_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # DynamoDB's Scan never holds up writes (the TTL emulator scans the whole table every few
+    # seconds). The scan is stopped on its first item until a write of another thread is
+    # done: under a table-wide lock that write could not be, and the scan would give up.
+    ddb = endpoint.client("dynamodb")
+    pk_sk_table(ddb, stack_name, "S")
     for i in range(30):
         ddb.put_item(TableName=stack_name, Item={"pk": {"S": f"p{i % 3}"}, "sk": {"S": f"{i:02d}"}})
     scanning, written = threading.Event(), threading.Event()
@@ -392,18 +397,7 @@ def test_a_scan_sorts_the_table_on_the_key_values(
     # Sorting 21,000 DynamoType keys through their Python comparisons took 1.6 s a Scan page
     # on a busy machine; on their values, 60 ms (same order: DynamoType compares its values).
     ddb = endpoint.client("dynamodb")
-    ddb.create_table(
-        TableName=stack_name,
-        BillingMode="PAY_PER_REQUEST",
-        KeySchema=[
-            {"AttributeName": "pk", "KeyType": "HASH"},
-            {"AttributeName": "sk", "KeyType": "RANGE"},
-        ],
-        AttributeDefinitions=[
-            {"AttributeName": "pk", "AttributeType": "S"},
-            {"AttributeName": "sk", "AttributeType": "N"},
-        ],
-    )
+    pk_sk_table(ddb, stack_name, "N")
     for i in range(40):
         ddb.put_item(TableName=stack_name, Item={"pk": {"S": f"p{i % 4}"}, "sk": {"N": str(i)}})
     compared: list[str] = []
