@@ -270,6 +270,7 @@ def _measure_phase(options: FairnessOptions, phase: _Phase, out: TextIO) -> dict
             return _phase_figures(phase, seen, burst, bystanders, cap)
         finally:
             observer.stop()
+            producer.close()  # before the stack's brokers go: it would reconnect until freed
 
 
 # --- at AWS scale -----------------------------------------------------------------------------

@@ -474,6 +474,7 @@ def measure(options: LocalOptions, out: TextIO) -> dict[str, Any]:
             burst = _burst(stack, observer, producer, options.burst_messages, out)
         finally:
             observer.stop()
+            producer.close()  # before the stack's brokers go: it would reconnect until freed
         stats = stack.stats()
     logging.getLogger("delayq_local.sandbox").removeHandler(overruns)
     burst["invocations_past_timeout"] = overruns.seen[steady_overruns:]
