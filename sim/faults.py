@@ -291,33 +291,19 @@ class Faulty:
     ) -> Callable[[dict[str, Any]], Any] | None:
         """For a batch call: the call that may leave some entries not done (told in the
         answer); None for the others."""
+        partial = _PARTIAL_BATCHES.get(name)
+        if partial is None:
+            return None
+        kind, leave_some, needs_two = partial
         world, rate = self._world, self._knobs.partial_batch
 
-        if name == "send_message_batch":
+        def call(kwargs: dict[str, Any]) -> Any:
+            # (A SendMessageBatch of one entry is never answered in part.)
+            if (not needs_two or len(kwargs["Entries"]) > 1) and world.chance(rate, kind):
+                return leave_some(world, method, kwargs)
+            return method(**kwargs)
 
-            def send_message_batch(kwargs: dict[str, Any]) -> Any:
-                if len(kwargs["Entries"]) > 1 and world.chance(rate, "sqs-failed-entries"):
-                    return _failed_entries(world, method, kwargs)
-                return method(**kwargs)
-
-            return send_message_batch
-        if name == "batch_write_item":
-
-            def batch_write_item(kwargs: dict[str, Any]) -> Any:
-                if world.chance(rate, "dynamodb-unprocessed"):
-                    return _unprocessed_items(world, method, kwargs)
-                return method(**kwargs)
-
-            return batch_write_item
-        if name == "batch_get_item":
-
-            def batch_get_item(kwargs: dict[str, Any]) -> Any:
-                if world.chance(rate, "dynamodb-unprocessed"):
-                    return _unprocessed_keys(world, method, kwargs)
-                return method(**kwargs)
-
-            return batch_get_item
-        return None
+        return call
 
 
 def _failed_entries(world: World, method: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
@@ -360,3 +346,14 @@ def _unprocessed_keys(world: World, method: Callable[..., Any], kwargs: Mapping[
     answer = dict(method(**{**kwargs, "RequestItems": done})) if done else {"Responses": {}}
     answer["UnprocessedKeys"] = left
     return answer
+
+
+# Batch calls that may leave some entries not done: the fault's kind, how the answer leaves
+# them, and whether the batch needs two entries or more.
+_PARTIAL_BATCHES: Final[
+    dict[str, tuple[str, Callable[[World, Callable[..., Any], Mapping[str, Any]], Any], bool]]
+] = {
+    "send_message_batch": ("sqs-failed-entries", _failed_entries, True),
+    "batch_write_item": ("dynamodb-unprocessed", _unprocessed_items, False),
+    "batch_get_item": ("dynamodb-unprocessed", _unprocessed_keys, False),
+}

@@ -184,29 +184,34 @@ class Summary:
     wall_s: float = 0.0
 
     def add(self, result: RunResult) -> None:
-        """Count one seed in."""
+        """Count one seed in (run by this summary's ``version`` of the code)."""
+        self.absorb(self.of_seed(result, self.version))
+
+    @classmethod
+    def of_seed(cls, result: RunResult, version: Mapping[str, Any]) -> Summary:
+        """One seed's figures, as a summary that :meth:`absorb` adds to another."""
         v = result.verdict
-        self.seeds.append(result.seed)
-        self.messages += v.messages
-        self.simulated_ms += result.simulated_ms
-        self.faults.update(result.faults)
-        self.violations.update(violation.kind for violation in v.violations)
-        self.iam_checked += result.iam_checked
-        self.duplicates += v.duplicates
-        self.unacknowledged += v.unacknowledged
-        self.delivered += v.delivered
-        self.dead_lettered += v.dead_lettered
-        self.cancelled += v.cancelled
-        self.rejected += v.rejected
-        self.over_quota += v.over_quota
-        self.limited += v.limited
-        self.lateness.update(v.lateness)
-        self.steady_lateness.update(v.steady_lateness)
-        self.limited_lateness.update(v.limited_lateness)
-        if not result.ok:
-            self.failing.append(result.seed)
-        self.code.setdefault((self.version["commit"], self.version["dirty"]), []).append(
-            result.seed
+        return cls(
+            seeds=[result.seed],
+            messages=v.messages,
+            simulated_ms=result.simulated_ms,
+            faults=Counter(result.faults),
+            violations=Counter(violation.kind for violation in v.violations),
+            duplicates=v.duplicates,
+            unacknowledged=v.unacknowledged,
+            iam_checked=result.iam_checked,
+            delivered=v.delivered,
+            dead_lettered=v.dead_lettered,
+            cancelled=v.cancelled,
+            rejected=v.rejected,
+            over_quota=v.over_quota,
+            limited=v.limited,
+            lateness=Counter(v.lateness),
+            steady_lateness=Counter(v.steady_lateness),
+            limited_lateness=Counter(v.limited_lateness),
+            failing=[] if result.ok else [result.seed],
+            code={(version["commit"], version["dirty"]): [result.seed]},
+            started=None,
         )
 
     @classmethod

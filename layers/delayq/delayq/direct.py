@@ -21,7 +21,6 @@ from delayq import constants as c
 from delayq.clock import Clock, Sleep
 from delayq.exceptions import DelayQueueError
 from delayq.kafka import KafkaDelivery
-from delayq.limits import TenantLimits
 from delayq.producing import Delivery, produce_at_due, record_deliveries
 from delayq.records import DelayRequest
 from delayq.retry import Deadline
@@ -89,7 +88,7 @@ def deliver_direct(
     result.cancelled = len(requests) - len(ready)
     # With strict caps, a capped message whose release second ends before it is produced
     # (the cancel-marker read, the hold) is left to the emitter, which gives it a new slot.
-    limits = settings.limits if settings.strict_caps else TenantLimits()
+    limits = settings.held_caps
     run = produce_at_due(
         ready,
         due_of=lambda r: r.release_at_ms,

@@ -24,7 +24,6 @@ from delayq import constants as c
 from delayq.clock import Clock, Sleep
 from delayq.direct import DirectServices, deliver_direct, is_direct
 from delayq.exceptions import WatermarkConflictError
-from delayq.limits import TenantLimits
 from delayq.payloads import PayloadStore
 from delayq.pending import PendingCounts, PendingTally
 from delayq.producing import Delivery
@@ -213,7 +212,7 @@ def _split_direct(
     if services.direct is None or not settings.direct_window_ms:
         return [], requests
     now_ms = clock()
-    limits = settings.limits if settings.strict_caps else TenantLimits()
+    limits = settings.held_caps
     direct: list[DelayRequest] = []
     others: list[DelayRequest] = []
     for r in requests:

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from fnmatch import fnmatchcase
 from functools import lru_cache
-from typing import Any
+from typing import Any, Final
 
 from delayq import constants as c
 from delayq.exceptions import ConfigurationError
@@ -25,6 +25,9 @@ __all__ = [
 KAFKA_SECURITY_MODES = frozenset(
     {"PLAINTEXT", "SSL", "SASL_SCRAM_SHA_512", "SASL_SCRAM_SHA_256", "MSK_IAM"}
 )
+
+
+_NO_LIMITS: Final = TenantLimits()
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,13 @@ class Settings:
     def limits(self) -> TenantLimits:
         """Every tenant's limits, parsed from ``tenant_limits``."""
         return self._limits
+
+    @property
+    def held_caps(self) -> TenantLimits:
+        """The limits whose release caps hold while the pipeline is late (``strict_caps``):
+        a capped message whose release second has passed takes a new one. Without
+        ``strict_caps``, none."""
+        return self._limits if self.strict_caps else _NO_LIMITS
 
     def delay_queue_url_of(self, priority: str) -> str:
         """The delay queue of a priority (the normal one when it has none of its own)."""
