@@ -181,12 +181,12 @@ def ingest_events(cfg: CpuSettings, workload: Workload = REFERENCE_MIX) -> list[
 
 
 def ingest_requests(events: Sequence[Any]) -> list[floor.CapturedRequest]:
-    """The DynamoDB BatchWriteItem and SQS SendMessageBatch parameters the ingest handler
-    sends for ``events`` (one untimed run on a fresh in-memory world)."""
+    """Every DynamoDB and SQS call the ingest handler makes for ``events``, with the
+    in-memory fakes' answers (one untimed run on a fresh in-memory world)."""
     pipeline = InMemoryPipeline.create()
     captured: list[floor.CapturedRequest] = []
-    floor.capture_calls(pipeline.dynamodb, ["batch_write_item"], captured)
-    floor.capture_calls(pipeline.sqs, ["send_message_batch"], captured)
+    floor.capture_calls(pipeline.dynamodb, floor.INGEST_CALLS["dynamodb"], captured)
+    floor.capture_calls(pipeline.sqs, floor.INGEST_CALLS["sqs"], captured)
     try:
         for event in events:
             pipeline.ingest(event)
@@ -195,29 +195,58 @@ def ingest_requests(events: Sequence[Any]) -> list[floor.CapturedRequest]:
     return captured
 
 
-def prepare_ingest_floor(
-    cfg: CpuSettings, workload: Workload = REFERENCE_MIX
-) -> tuple[Callable[[], _Run], list[floor.CapturedRequest]]:
-    """The ingest floor on the events of :func:`prepare_ingest`, with the requests the
-    handler sent for them."""
-    events = ingest_events(cfg, workload)
-    requests = ingest_requests(events)
+@dataclass(frozen=True)
+class IngestInputs:
+    """The events of one ingest run (the same for every run), the calls the handler made for
+    them (captured once) and the bytes it deflated."""
+
+    events: list[dict[str, Any]]
+    requests: list[floor.CapturedRequest]
+    deflate: list[bytes]
+
+    @classmethod
+    def build(cls, cfg: CpuSettings, workload: Workload = REFERENCE_MIX) -> IngestInputs:
+        """Events from the workload's delay mix; one capturing run on the in-memory fakes."""
+        events = ingest_events(cfg, workload)
+        requests = ingest_requests(events)
+        return cls(events, requests, floor.deflated_blobs(requests))
+
+    @property
+    def writes(self) -> int:
+        """The write requests the floor serialises."""
+        return sum(r.operation in floor.INGEST_WRITES for r in self.requests)
+
+
+def prepare_ingest_floor(inputs: IngestInputs, *, deflate: bool = True) -> Callable[[], _Run]:
+    """The ingest floor on the events of :func:`prepare_ingest` (without deflating: the floor
+    the figures before 2026-11-26 used, kept for comparison)."""
+    blobs = inputs.deflate if deflate else []
 
     def prepare() -> _Run:
-        return _Run(lambda: floor.ingest_floor(events, requests), len(events), None)
+        return _Run(
+            lambda: floor.ingest_floor(inputs.events, inputs.requests, blobs),
+            len(inputs.events),
+            None,
+        )
 
-    return prepare, requests
+    return prepare
 
 
 def prepare_ingest(
-    cfg: CpuSettings, workload: Workload = REFERENCE_MIX
+    cfg: CpuSettings, inputs: IngestInputs | None = None, *, wire: bool = True
 ) -> tuple[Callable[[], _Run], dict[str, Any]]:
     """Kafka batches of 1 KB records with the workload's delay mix, relative to the record
-    timestamp (``delay-ms``); the clock stands still at the batch's timestamp."""
-    events = ingest_events(cfg, workload)
+    timestamp (``delay-ms``); the clock stands still at the batch's timestamp. ``wire``: the
+    DynamoDB and SQS clients serialise each request and answer what the capturing run's fakes
+    answered (:func:`bench.floor.replay_calls`); else the in-memory fakes do the work."""
+    inputs = inputs or IngestInputs.build(cfg)
+    events = inputs.events
 
     def prepare() -> _Run:
         pipeline = InMemoryPipeline.create()
+        if wire:
+            floor.replay_calls(pipeline.dynamodb, floor.INGEST_CALLS["dynamodb"], inputs.requests)
+            floor.replay_calls(pipeline.sqs, floor.INGEST_CALLS["sqs"], inputs.requests)
 
         def call() -> int:
             n = 0
@@ -228,13 +257,14 @@ def prepare_ingest(
 
         return _Run(call, len(events), pipeline)
 
-    inputs = {
+    description = {
         "batches": cfg.ingest_batches,
         "records_per_batch": cfg.ingest_batch_size,
         "record": f"{VALUE_BYTES} B value + 16 B key + 1 user header (1 KB)",
-        "delay_mix": workload.describe(),
+        "delay_mix": REFERENCE_MIX.describe(),
+        "clients": "serialise and replay" if wire else "in-memory fakes",
     }
-    return prepare, inputs
+    return prepare, description
 
 
 # --- scheduler -------------------------------------------------------------------------------
@@ -361,13 +391,19 @@ FLOOR_METHOD: Final = (
     "handler CPU per message / floor CPU per message, both medians of the same number of "
     "timed runs (time.process_time(), one warm-up each, fresh state per run), interleaved "
     "run by run on the same events in the same process. Ingest floor: base64 of every "
-    "record's key and value and the header values (lists of signed byte ints) to bytes, plus "
-    "json.dumps of the DynamoDB BatchWriteItem and SQS SendMessageBatch parameters the "
+    "record's key and value and the header values (lists of signed byte ints) to bytes, "
+    "zlib.compress at the store's level of every key and value the handler stored deflated "
+    "(those bytes are in the requests: no implementation writes them without deflating), "
+    "plus json.dumps of the DynamoDB BatchWriteItem and SQS SendMessageBatch parameters the "
     "handler sent for the same events (captured from the in-memory fakes in an untimed run; "
     "DynamoDB blobs as base64, as botocore sends them). Neither side json.loads the event "
     "text: both get the event as a dict, as Lambda's runtime hands it over. The handler side "
-    "runs on the in-memory fakes, which do not serialise requests at all (no botocore), so "
-    "the handler is not charged for the serialisation the floor counts. Emitter floor: "
+    "runs on clients that json.dumps every request (writes, pending-count updates, watermark "
+    "reads) the same way and answer what the fakes answered in the capturing run, so both "
+    "sides pay the same per byte for the wire and neither for an emulator's bookkeeping. "
+    "ingest_vs_floor_without_deflate divides by the floor without the deflating; "
+    "ingest_in_memory_store is the method of the figures before 2026-11-26 (handler on the "
+    "in-memory fakes, floor without deflating). Emitter floor: "
     "json.loads of every SQS body, base64 of key, value and header values of every envelope "
     "in it, the four delivery headers, one confluent_kafka Producer.produce() per record "
     "(with a delivery callback) and one flush() per SQS batch, as the handler does. The "
@@ -415,7 +451,7 @@ class FloorComparison:
             "messages_per_run": self.messages_per_run,
             "requests_serialised_per_run": self.requests_serialised_per_run,
             "produce_calls_per_run": self.produce_calls_per_run,
-            "emitter_fake_producer": _round(self.extra_ratios.get("emitter_fake_producer")),
+            **{name: _round(r) for name, r in self.extra_ratios.items()},
             "skipped": self.skipped,
             "goal": self.goal,
             "met": met,
@@ -469,8 +505,9 @@ def measure_with_floor(
     skipped: dict[str, str] = {}
 
     ingest_t, ingest_prepare, ingest_in, requests = _time_ingest(cfg)
+    # The per-core rate keeps its method (the in-memory clients), like the other two.
     figures["ingest"] = _figure(
-        "ingest", ingest_t["handler"], ingest_in, TARGET_PER_SECOND, cfg.repeats
+        "ingest", ingest_t["in_memory"], ingest_in, TARGET_PER_SECOND, cfg.repeats
     )
 
     prepare, inputs = prepare_scheduler(cfg)
@@ -506,21 +543,39 @@ def measure_with_floor(
             }[name]
             figure.profile = profile_top(prep)
 
-    comparison = _comparison(ingest_t, emitter_t, len(requests), skipped)
+    comparison = _comparison(ingest_t, emitter_t, requests, skipped)
     return figures, comparison
 
 
 def _time_ingest(
     cfg: CpuSettings,
-) -> tuple[dict[str, _Timings], Callable[[], _Run], dict[str, Any], list[floor.CapturedRequest]]:
-    """Ingest and its floor timed interleaved; with the handler's prepare, its inputs and the
-    requests the floor serialises."""
-    ingest_prepare, ingest_in = prepare_ingest(cfg)
-    ingest_floor_prepare, requests = prepare_ingest_floor(cfg)
+) -> tuple[dict[str, _Timings], Callable[[], _Run], dict[str, Any], int]:
+    """Ingest (on serialising clients, and on the in-memory fakes) and its floor (with and
+    without deflating) timed interleaved; with the handler's prepare, its inputs and the
+    number of write requests the floor serialises."""
+    captured = IngestInputs.build(cfg)
+    ingest_prepare, ingest_in = prepare_ingest(cfg, captured)
+    in_memory_prepare, _ = prepare_ingest(cfg, captured, wire=False)
     timings = _measure_interleaved(
-        {"handler": ingest_prepare, "floor": ingest_floor_prepare}, cfg.repeats
+        {
+            "handler": ingest_prepare,
+            "in_memory": in_memory_prepare,
+            "floor": prepare_ingest_floor(captured),
+            "floor_without_deflate": prepare_ingest_floor(captured, deflate=False),
+        },
+        cfg.repeats,
     )
-    return timings, ingest_prepare, ingest_in, requests
+    return timings, ingest_prepare, ingest_in, captured.writes
+
+
+def _ingest_extra_ratios(t: dict[str, _Timings]) -> dict[str, float | None]:
+    """The ingest ratios beside the goal's: against the floor without deflating, and the
+    method of the figures before 2026-11-26 (in-memory fakes against that floor)."""
+    without = _per_message(t["floor_without_deflate"])
+    return {
+        "ingest_vs_floor_without_deflate": floor.ratio(_per_message(t["handler"]), without),
+        "ingest_in_memory_store": floor.ratio(_per_message(t["in_memory"]), without),
+    }
 
 
 def ingest_against_floor(cfg: CpuSettings) -> dict[str, Any]:
@@ -530,12 +585,13 @@ def ingest_against_floor(cfg: CpuSettings) -> dict[str, Any]:
     handler, fl = timings["handler"], timings["floor"]
     return {
         "ingest": _round(floor.ratio(_per_message(handler), _per_message(fl))),
+        **{k: _round(v) for k, v in _ingest_extra_ratios(timings).items()},
         "handler_messages_per_second": round(statistics.median(handler.rates)),
         "floor_messages_per_second": round(statistics.median(fl.rates)),
         "handler_cpu_seconds_per_run": [round(c, 4) for c in handler.cpus],
         "floor_cpu_seconds_per_run": [round(c, 4) for c in fl.cpus],
         "messages_per_run": handler.messages,
-        "requests_serialised_per_run": len(requests),
+        "requests_serialised_per_run": requests,
     }
 
 
@@ -556,7 +612,7 @@ def _comparison(
         "ingest": ingest_t["handler"].messages,
         "ingest_floor": ingest_t["floor"].messages,
     }
-    extra: dict[str, float | None] = {}
+    extra = {**_ingest_extra_ratios(ingest_t), "emitter_fake_producer": None}
     produce_calls = 0
     if "floor" in emitter_t:
         real, fl = emitter_t["real"], emitter_t["floor"]

@@ -6,11 +6,16 @@ does not (much). ``bench.cpu`` times the floors exactly like the handlers, inter
 with them.
 
 - **ingest floor**: decode the Lambda Kafka events (base64 key and value of every record,
-  header values from lists of signed byte ints to bytes) and serialise, with ``json.dumps``,
+  header values from lists of signed byte ints to bytes), deflate the keys and values that
+  the handler stored deflated (``zlib.compress`` at the store's level: those bytes are in the
+  request, and nothing writes them without deflating), and serialise, with ``json.dumps``,
   the DynamoDB ``BatchWriteItem`` and SQS ``SendMessageBatch`` parameters the handler sent for
   the same events (captured from the in-memory fakes in an untimed run): botocore must
   serialise them to send them. The event is a dict in both measurements (no ``json.loads``
-  of the event text in either).
+  of the event text in either). The handler is measured on clients that serialise every
+  request the same way and answer what the in-memory fakes answered in the capturing run
+  (:func:`replay_calls`), so that both sides pay the same for the wire and neither for an
+  emulator's bookkeeping.
 - **emitter floor**: ``json.loads`` of every SQS body (a single envelope or a bundle), base64
   of the key, value and header values inside, the delivery headers of the record (id, due,
   emitted, attempt), one real ``confluent_kafka.Producer.produce()`` per record and one
@@ -21,6 +26,9 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
+import zlib
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -50,26 +58,97 @@ def mock_producer() -> Any:
 
 @dataclass
 class CapturedRequest:
-    """One API call's parameters, as the adapter passed them to the client."""
+    """One API call's parameters, as the adapter passed them to the client, and what the
+    client answered."""
 
     operation: str
     params: dict[str, Any]
+    response: Any = None
 
 
 def capture_calls(client: Any, methods: Sequence[str], into: list[CapturedRequest]) -> None:
-    """Record every call of ``methods`` on ``client`` (an in-memory fake) into ``into``; the
-    call itself goes on as before."""
+    """Record every call of ``methods`` on ``client`` (an in-memory fake) into ``into``, with
+    its answer; the call itself goes on as before."""
     for name in methods:
         original = getattr(client, name)
 
         def wrapper(*args: Any, __name: str = name, __f: Any = original, **kwargs: Any) -> Any:
-            into.append(CapturedRequest(__name, dict(kwargs)))
-            return __f(*args, **kwargs)
+            captured = CapturedRequest(__name, dict(kwargs))
+            into.append(captured)
+            captured.response = __f(*args, **kwargs)
+            return captured.response
 
         setattr(client, name, wrapper)
 
 
-INGEST_WRITES: Final = (("dynamodb", "batch_write_item"), ("sqs", "send_message_batch"))
+# What ingest may call, by client; the floor serialises the writes only (the pending counts'
+# updates and the watermark's reads are the handler's own bookkeeping).
+INGEST_CALLS: Final = {
+    "dynamodb": ("batch_write_item", "update_item", "get_item", "put_item", "query"),
+    "sqs": ("send_message_batch", "send_message"),
+}
+INGEST_WRITES: Final = frozenset({"batch_write_item", "send_message_batch"})
+
+
+class _Replay:
+    """One operation of a replaying client: serialises the parameters as botocore's JSON
+    protocols do and answers what the capturing run answered (the same answer every time when
+    all were equal, as for the writes sent from threads; else in the order they came)."""
+
+    def __init__(self, operation: str, responses: Sequence[Any]) -> None:
+        self._operation = operation
+        self._constant = all(r == responses[0] for r in responses)
+        self._first = responses[0]
+        self._left = deque(responses)
+        self._lock = threading.Lock()
+
+    def __call__(self, **params: Any) -> Any:
+        json.dumps(params, default=_blob)
+        if self._constant:
+            return self._first
+        with self._lock:
+            if not self._left:
+                raise AssertionError(f"{self._operation} called more often than when captured")
+            return self._left.popleft()
+
+
+def replay_calls(client: Any, methods: Sequence[str], captured: Sequence[CapturedRequest]) -> None:
+    """Make ``methods`` of ``client`` serialise their parameters (``json.dumps``, blobs as
+    base64, as the floor does) and answer from ``captured`` instead of doing the work; a
+    method the capturing run did not call fails loudly (the measurement would not be the
+    one captured)."""
+    for name in methods:
+        responses = [r.response for r in captured if r.operation == name]
+        if responses:
+            setattr(client, name, _Replay(name, responses))
+        else:
+            setattr(client, name, _not_captured(name))
+
+
+def _not_captured(name: str) -> Callable[..., Any]:
+    def call(**_params: Any) -> Any:
+        raise AssertionError(f"{name} was not called when the requests were captured")
+
+    return call
+
+
+def deflated_blobs(requests: Sequence[CapturedRequest]) -> list[bytes]:
+    """The plain bytes of every key and value the handler stored deflated in ``requests``
+    (``BatchWriteItem`` items' ``key_z`` / ``value_z``, ``PutItem``'s item): what a floor
+    must deflate to write the same requests."""
+    items: list[Any] = []
+    for request in requests:
+        if request.operation == "batch_write_item":
+            for puts in request.params["RequestItems"].values():
+                items += [p["PutRequest"]["Item"] for p in puts if "PutRequest" in p]
+        elif request.operation == "put_item":
+            items.append(request.params["Item"])
+    return [
+        zlib.decompress(item[name]["B"])
+        for item in items
+        for name in (c.ATTR_KEY_Z, c.ATTR_VALUE_Z)
+        if name in item
+    ]
 
 
 def _blob(value: Any) -> str:
@@ -88,9 +167,11 @@ def _header_bytes(value: Any) -> bytes | None:
         return bytes(b & 0xFF for b in value)
 
 
-def ingest_floor(events: Iterable[Any], requests: Sequence[CapturedRequest]) -> int:
-    """Decode every record of the events and serialise the requests; returns the records
-    decoded."""
+def ingest_floor(
+    events: Iterable[Any], requests: Sequence[CapturedRequest], deflate: Sequence[bytes] = ()
+) -> int:
+    """Decode every record of the events, deflate ``deflate`` at the store's level and
+    serialise the write requests; returns the records decoded."""
     b64 = base64.b64decode
     n = 0
     for event in events:
@@ -105,9 +186,13 @@ def ingest_floor(events: Iterable[Any], requests: Sequence[CapturedRequest]) -> 
                     for raw in header.values():
                         _header_bytes(raw)
                 n += 1
+    compress, level = zlib.compress, c.STORE_ZLIB_LEVEL
+    for raw in deflate:
+        compress(raw, level)
     dumps = json.dumps
     for request in requests:
-        dumps(request.params, default=_blob)
+        if request.operation in INGEST_WRITES:
+            dumps(request.params, default=_blob)
     return n
 
 

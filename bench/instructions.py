@@ -39,6 +39,12 @@ PAIRS: Final[dict[str, tuple[str, str]]] = {
     "ingest": ("handler", "floor"),
     "emitter": ("handler", "floor"),
 }
+# Further floors counted beside a pair's, each giving the ratio named: the ingest floor
+# without its deflating (the floor of the figures before 2026-11-26).
+EXTRA_FLOORS: Final[dict[str, dict[str, str]]] = {
+    "ingest": {"floor_without_deflate": "ingest_vs_floor_without_deflate"},
+}
+SIDES: Final = (BASELINE, "handler", "floor", *EXTRA_FLOORS["ingest"])
 _TOTALS = re.compile(r"^(?:summary|totals):\s*(\d+)", re.MULTILINE)
 
 METHOD: Final = (
@@ -47,7 +53,9 @@ METHOD: Final = (
     "runs each once (warm-up), then rounds that prepare, gc.collect() and release both "
     "sides and call one; minus the same process calling neither (imports, inputs, warm-up, "
     "fresh state and collections cancel out: what remains is the timed call). Ingest: "
-    "ingest_batch on the in-memory clients vs the ingest floor; emitter: emit_batch "
+    "ingest_batch on clients that serialise each request and answer as the in-memory fakes "
+    "did vs the ingest floor (decode, deflate, serialise; ingest_vs_floor_without_deflate: "
+    "the floor without deflating); emitter: emit_batch "
     "producing with confluent-kafka to librdkafka's mock cluster vs the emitter floor on the "
     "same producer. Ratio = handler instructions per message / floor instructions per "
     "message; unlike CPU time, it does not move with the machine's load"
@@ -185,7 +193,11 @@ def measure_instructions(
             ratios=dict.fromkeys(pairs),
             skipped=dict.fromkeys(pairs, "valgrind is not installed: no instruction counts"),
         )
-    jobs = [(pair, side) for pair in pairs for side in (BASELINE, *PAIRS[pair])]
+    jobs = [
+        (pair, side)
+        for pair in pairs
+        for side in (BASELINE, *PAIRS[pair], *EXTRA_FLOORS.get(pair, {}))
+    ]
     with ThreadPoolExecutor(max_workers=max(1, cfg.workers)) as pool:
         totals = dict(
             zip(jobs, pool.map(lambda j: count(valgrind, j[0], j[1], cfg), jobs), strict=True)
@@ -194,12 +206,17 @@ def measure_instructions(
     for pair in pairs:
         handler, floor_side = PAIRS[pair]
         base = totals[(pair, BASELINE)]
-        counts = {side: per_message(totals[(pair, side)], base) for side in (handler, floor_side)}
+        extra = EXTRA_FLOORS.get(pair, {})
+        counts = {
+            side: per_message(totals[(pair, side)], base) for side in (handler, floor_side, *extra)
+        }
         comparison.per_message[pair] = {k: round(v) for k, v in counts.items()}
         comparison.messages_per_run[pair] = {
             side: totals[(pair, side)].messages // max(1, cfg.runs) for side in counts
         }
         comparison.ratios[pair] = counts[handler] / counts[floor_side]
+        for side, name in extra.items():
+            comparison.ratios[name] = counts[handler] / counts[side]
     return comparison
 
 
@@ -224,9 +241,13 @@ def _prepares(pair: str, cfg: InstructionSettings) -> tuple[Mapping[str, Callabl
         emitter_batches=cfg.emitter_batches,
     )
     if pair == "ingest":
-        handler, _ = cpu.prepare_ingest(settings)
-        floor_prepare, _ = cpu.prepare_ingest_floor(settings)
-        return {"handler": handler, "floor": floor_prepare}, None
+        captured = cpu.IngestInputs.build(settings)
+        handler, _ = cpu.prepare_ingest(settings, captured)
+        return {
+            "handler": handler,
+            "floor": cpu.prepare_ingest_floor(captured),
+            "floor_without_deflate": cpu.prepare_ingest_floor(captured, deflate=False),
+        }, None
     producer = floor.mock_producer()
     handler, _ = cpu.prepare_emitter(settings, producer)
     return {"handler": handler, "floor": cpu.prepare_emitter_floor(settings, producer)}, producer
@@ -262,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     """``python -m bench.instructions PAIR SIDE``: the child a count runs under callgrind."""
     parser = argparse.ArgumentParser(prog="python -m bench.instructions")
     parser.add_argument("pair", choices=sorted(PAIRS))
-    parser.add_argument("side", choices=(BASELINE, "handler", "floor"))
+    parser.add_argument("side", choices=SIDES)
     parser.add_argument("--runs", type=int, default=InstructionSettings.runs)
     parser.add_argument("--ingest-batches", type=int, default=InstructionSettings.ingest_batches)
     parser.add_argument(

@@ -33,7 +33,7 @@ def _floor_rows(floor: Mapping[str, Any]) -> list[tuple[str, str, str, str, str]
     """Each handler's CPU per message as a multiple of its floor's (machine-independent)."""
     rows: list[tuple[str, str, str, str, str]] = []
     sources = {
-        "ingest": "same run: base64 decode + json.dumps of the requests sent",
+        "ingest": "same run: base64 decode + deflate + json.dumps of the requests sent",
         "emitter": "same run: json.loads + base64 + confluent produce() (mock cluster)",
     }
     for name in ("ingest", "emitter"):
@@ -48,6 +48,17 @@ def _floor_rows(floor: Mapping[str, Any]) -> list[tuple[str, str, str, str, str]
                 f"<= {floor['goal']:g}x floor",
                 _verdict((floor.get("met") or {}).get(name)),
                 sources[name] + (f"; floor {_fmt(rate)}/s here" if rate else ""),
+            )
+        )
+    without = floor.get("ingest_vs_floor_without_deflate")
+    if without is not None:
+        rows.append(
+            (
+                "ingest CPU vs its floor without deflating",
+                f"{without:.2f}x",
+                "",
+                "",
+                "same run; the floor of the figures before 2026-11-26 (no goal)",
             )
         )
     counted = floor.get("instructions") or {}

@@ -4,6 +4,7 @@ with: same messages, same requests serialised, same records produced (no timing 
 from __future__ import annotations
 
 import json
+import zlib
 
 import pytest
 
@@ -12,6 +13,7 @@ from bench.harness import InMemoryPipeline
 from bench.reference_mix import delay_request
 from bench.results import _floor_rows
 from bench.tests.test_run import fake_count
+from delayq import constants as c
 from delayq.envelope import Envelope, encode_bundle
 from testkit.clock import NOW_MS
 from testkit.kafka import FakeProducer, ProducedRecord
@@ -39,11 +41,65 @@ def test_ingest_floor_decodes_every_record_and_serialises_what_the_handler_sent(
     sent = calls[("dynamodb", "BatchWriteItem")] + calls[("sqs", "SendMessageBatch")]
     pipeline.close()
 
-    requests = cpu.ingest_requests(events)
+    captured = cpu.IngestInputs.build(TINY)
     assert handled == TINY.ingest_batches * TINY.ingest_batch_size
-    assert floor.ingest_floor(events, requests) == handled
-    assert len(requests) == sent > 0
-    assert {r.operation for r in requests} == {"batch_write_item", "send_message_batch"}
+    assert floor.ingest_floor(captured.events, captured.requests, captured.deflate) == handled
+    assert captured.writes == sent > 0
+    assert {r.operation for r in captured.requests} >= floor.INGEST_WRITES
+    # What the floor deflates is every value the handler stored deflated, and deflating it
+    # again at the store's level gives the stored bytes.
+    stored = [
+        put["PutRequest"]["Item"]
+        for r in captured.requests
+        if r.operation == "batch_write_item"
+        for puts in r.params["RequestItems"].values()
+        for put in puts
+    ]
+    packed = [i[c.ATTR_VALUE_Z]["B"] for i in stored if c.ATTR_VALUE_Z in i]
+    assert len(packed) == len(stored) > 0
+    assert [zlib.compress(b, c.STORE_ZLIB_LEVEL) for b in captured.deflate] == packed
+
+
+def test_ingest_on_replaying_clients_sends_what_the_fakes_were_sent() -> None:
+    captured = cpu.IngestInputs.build(TINY)
+    prepare, description = cpu.prepare_ingest(TINY, captured)
+    run = prepare()
+    replayed: list[floor.CapturedRequest] = []
+    assert run.pipeline is not None
+    # The replaying methods, recorded once more: same calls, same answers, nothing stored.
+    floor.capture_calls(run.pipeline.dynamodb, floor.INGEST_CALLS["dynamodb"], replayed)
+    floor.capture_calls(run.pipeline.sqs, floor.INGEST_CALLS["sqs"], replayed)
+    assert run.call() == TINY.ingest_batches * TINY.ingest_batch_size
+    run.close()
+    assert description["clients"] == "serialise and replay"
+    assert sorted(r.operation for r in replayed) == sorted(r.operation for r in captured.requests)
+    writes = [r for r in replayed if r.operation in floor.INGEST_WRITES]
+    assert [r.response for r in writes] == [
+        r.response for r in captured.requests if r.operation in floor.INGEST_WRITES
+    ]
+    assert run.pipeline.counter.calls[("dynamodb", "BatchWriteItem")] == 0
+
+
+def test_a_replaying_client_serialises_and_refuses_calls_it_did_not_see() -> None:
+    class Client:
+        pass
+
+    client = Client()
+    captured = [
+        floor.CapturedRequest("get_item", {}, {}),
+        floor.CapturedRequest("get_item", {}, {"Item": {"n": {"N": "1"}}}),
+        floor.CapturedRequest("update_item", {}, {}),
+    ]
+    floor.replay_calls(client, ["get_item", "update_item", "query"], captured)
+    assert client.get_item(Key={"b": {"B": b"\x00"}}) == {}  # type: ignore[attr-defined]
+    assert client.get_item() == {"Item": {"n": {"N": "1"}}}  # type: ignore[attr-defined]
+    with pytest.raises(AssertionError, match="more often"):
+        client.get_item()  # type: ignore[attr-defined]
+    assert client.update_item() == client.update_item() == {}  # type: ignore[attr-defined]
+    with pytest.raises(AssertionError, match="not called"):
+        client.query()  # type: ignore[attr-defined]
+    with pytest.raises(TypeError, match="cannot serialise"):
+        client.update_item(Key={"x": object()})  # type: ignore[attr-defined]
 
 
 def test_ingest_floor_serialises_blobs_and_signed_header_bytes() -> None:
@@ -111,12 +167,15 @@ def test_measure_with_floor_reports_ratios_and_keys() -> None:
     assert runs["emitter"] == runs["emitter_floor"] == figures["emitter"].messages_per_run
     assert doc["produce_calls_per_run"] == runs["emitter"]
     assert doc["requests_serialised_per_run"] > 0
+    assert doc["ingest_vs_floor_without_deflate"] > doc["ingest"]
+    assert doc["ingest_in_memory_store"] > 0
     floor_rows = _floor_rows(doc)
     assert [r[0] for r in floor_rows] == [
         "ingest CPU vs its floor (machine-independent)",
         "emitter CPU vs its floor (machine-independent)",
+        "ingest CPU vs its floor without deflating",
     ]
-    assert [r[2] for r in floor_rows] == ["<= 3x floor", "<= 3x floor"]
+    assert [r[2] for r in floor_rows] == ["<= 3x floor", "<= 3x floor", ""]
 
 
 def test_python_m_bench_ingest_ratio_prints_ingest_against_its_floor(
@@ -131,5 +190,13 @@ def test_python_m_bench_ingest_ratio_prints_ingest_against_its_floor(
     assert len(out["handler_cpu_seconds_per_run"]) == len(out["floor_cpu_seconds_per_run"]) == 2
     assert out["requests_serialised_per_run"] > 0
     assert out["ingest"] > 1  # the handler does more than its floor
+    # ... and more above the floor without deflating than above the whole floor
+    assert out["ingest_vs_floor_without_deflate"] > out["ingest"]
+    assert out["ingest_in_memory_store"] > 1
     assert out["instructions"]["ingest"] == 3.0  # 600 vs 200 instructions a message
-    assert out["instructions"]["per_message"]["ingest"] == {"handler": 600, "floor": 200}
+    assert out["instructions"]["ingest_vs_floor_without_deflate"] == 3.0
+    assert out["instructions"]["per_message"]["ingest"] == {
+        "handler": 600,
+        "floor": 200,
+        "floor_without_deflate": 200,
+    }
