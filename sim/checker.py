@@ -36,7 +36,9 @@ against the documented guarantees.
   message rejected as ``quota-exceeded`` belongs to a tenant whose quota rejects (a
   deferring quota delivers them; no cap in this world is too low to place a message within
   7 days) and sits in the reject queue with its original bytes. The lateness of a capped or
-  deferred tenant's messages counts from their release and is reported apart.
+  deferred tenant's messages counts from their release and is reported apart. With a delay
+  queue per priority, every envelope sent to a delay queue went to its priority's queue and
+  carries the priority it was written with (a reschedule's copy: its original's).
 - Retries: no invocation left a transient error (throttling, a network error, a lost
   response) without calling again, while it had time to.
 """
@@ -93,7 +95,7 @@ class Violation:
     """One broken guarantee: what, of which message."""
 
     # lost, early, cancel, reschedule, corrupt, refused, dead-lettered, iam, unretried, held,
-    # counted, cap
+    # counted, cap, priority, misrouted
     kind: str
     delay_id: str
     due_ms: int
@@ -221,7 +223,38 @@ class Checker:
             verdict.violations.append(Violation("unretried", u.function, 0, detail))
         verdict.violations.extend(self._overcounted())
         verdict.violations.extend(self._over_cap())
+        verdict.violations.extend(self._misrouted())
         return verdict
+
+    # --- priorities -----------------------------------------------------------------------
+
+    def _misrouted(self) -> list[Violation]:
+        """With a delay queue per priority, every envelope sent to a delay queue (by ingest,
+        the scheduler, the emitter putting one back) went to its priority's queue, and
+        carries the priority its record was written with (a reschedule's copy: the one its
+        original carries): a high- or normal-priority message never waits behind a low
+        burst, and a low one never takes another class's concurrency."""
+        s = self.p.settings
+        queue_of = {
+            c.PRIORITY_HIGH: s.delay_queue_high_url or s.delay_queue_url,
+            c.PRIORITY_NORMAL: s.delay_queue_url,
+            c.PRIORITY_LOW: s.delay_queue_low_url or s.delay_queue_url,
+        }
+        written_as = {k: _priority(i) for k, i in self.by_key.items()}
+        for i in self.workload.intents:  # a reschedule's copy: its original's
+            moved = self.by_key.get((i.delay_id, i.was_due_ms))
+            if i.kind == "reschedule" and moved is not None:
+                written_as.setdefault((i.delay_id, i.due_ms), _priority(moved))
+        out = []
+        for url, delay_id, due_ms, priority in self.p.delay_sends:
+            written = written_as.get((delay_id, due_ms), priority)
+            if priority != written:
+                detail = f"written with priority {written}, queued as {priority}"
+                out.append(Violation("priority", delay_id, due_ms, detail))
+            elif url != queue_of[priority]:
+                detail = f"{priority} priority sent to {url}"
+                out.append(Violation("misrouted", delay_id, due_ms, detail))
+        return out
 
     # --- tenant limits --------------------------------------------------------------------
 
@@ -526,6 +559,12 @@ class Checker:
             if did == delay_id:
                 lines.append((due, f"dead-lettered (due {due}): {', '.join(reasons)}"))
         return [f"{t} {text}" for t, text in sorted(lines)]
+
+
+def _priority(intent: Intent) -> str:
+    """The priority a delay record was written with (normal without the header)."""
+    value = dict(intent.headers).get(c.HEADER_PRIORITY)
+    return value.decode() if value is not None else c.PRIORITY_NORMAL
 
 
 def _release_ms(produced: Produced, due_ms: int) -> int:

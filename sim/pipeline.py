@@ -122,6 +122,9 @@ class Pipeline:
         # The release slots the emitters gave late capped messages, by (id, due): the
         # envelopes they put back on the delay queues carry them (``pc``).
         self.paced: dict[tuple[str, int], int] = {}
+        # With a delay queue per priority: every envelope sent to one, as (queue URL, id,
+        # due, the priority it carries), for the checker's routing rule.
+        self.delay_sends: list[tuple[str, str, int, str]] = []
 
     @property
     def delay_queue_urls(self) -> tuple[str, ...]:
@@ -200,18 +203,26 @@ class Pipeline:
             return
         poller.wake()
         if url in self.delay_queue_urls and self.settings.limits.any:
-            entries = sent.get("Entries") or [sent]
-            for body in (e["MessageBody"] for e in entries if '"pc"' in e["MessageBody"]):
-                self._paced(body)
+            every = len(self.delay_queue_urls) > 1
+            for e in sent.get("Entries") or [sent]:
+                if every or '"pc"' in e["MessageBody"]:
+                    self._decoded(url, e["MessageBody"])
 
-    def _paced(self, body: str) -> None:
+    def _decoded(self, url: str, body: str) -> None:
+        """Keep what the checker needs of a body sent to a delay queue: the slots of late
+        capped messages and, with a queue per priority, where each envelope went."""
         try:
             entries = decode_body(body)
         except EnvelopeError:
             return
+        several = len(self.delay_queue_urls) > 1
         for entry in entries:
             r = entry.request
-            if r is not None and r.paced_ms:
+            if r is None:
+                continue
+            if several:
+                self.delay_sends.append((url, r.delay_id, r.due_ms, r.priority))
+            if r.paced_ms:
                 key = (r.delay_id, r.due_ms)
                 self.paced[key] = max(self.paced.get(key, 0), r.paced_ms)
 

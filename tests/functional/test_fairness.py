@@ -22,6 +22,7 @@ from delayq.shaping import Shaper
 from testkit.aws import as_sqs_client
 from testkit.clock import NOW_MS, no_sleep_backoff
 from testkit.events import control_headers, kafka_event, kafka_record
+from testkit.kafka import FakeProducer
 from tests.factories import ClientProxy, client_error
 from tests.functional.conftest import Pipeline
 
@@ -401,3 +402,37 @@ def test_a_message_not_yet_due_goes_back_to_the_queue_it_came_from(classes: Pipe
     assert result.redelayed == 1
     assert [(u, h) for u, h, _ in p.sqs.visibility_changes] == [(url, message["ReceiptHandle"])]
     assert p.producer.produced == []
+
+
+@pytest.mark.parametrize("priority", [c.PRIORITY_HIGH, c.PRIORITY_LOW])
+def test_a_dead_letter_that_cannot_be_sent_waits_again_in_its_priority_queue(
+    classes: Pipeline, priority: str
+) -> None:
+    # The target refuses the last allowed attempt and the dead-letter queue refuses the dead
+    # letter: the message goes back to the delay queue of its own priority (a low one never
+    # takes the normal queue's concurrency, a high one never waits behind its bursts).
+    def send_message_batch(**_: object) -> object:
+        raise client_error("AccessDenied", status=403)
+
+    p = classes
+    p.settings = p.settings.with_overrides(delivery_max_attempts=1)
+    p.producer = FakeProducer(fail_topics={"reminders"}, clock=p.clock)
+    p.dead_letters = DelayQueue(
+        SqsQueue(
+            as_sqs_client(ClientProxy(p.sqs, send_message_batch=send_message_batch)),
+            p.settings.delay_dlq_url,
+            no_sleep_backoff(),
+        ),
+        p.settings.emit_lead_ms,
+    )
+    url = {c.PRIORITY_HIGH: p.settings.delay_queue_high_url}.get(
+        priority, p.settings.delay_queue_low_url
+    )
+    p.ingest(kafka_event(*records("bulk", 1, NOW_MS, 0, priority=priority)))
+    [queued] = p.sqs.to(url)
+    result = p.emit([queued])
+    assert "dead-letter queue" in " ".join(result.errors)
+    assert (result.dead_lettered, result.requeued, result.failed) == (0, 1, [])
+    assert queued_in(p, p.settings.delay_queue_url) == []
+    assert queued_in(p, url) == ["bulk-0", "bulk-0"]  # the ingested one, and again
+    assert p.sqs.to(url)[-1].delay_seconds == c.EMIT_RETRY_MAX_SECONDS

@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 
 from delayq import constants as c
-from delayq import ingest, retry, shaping
+from delayq import ingest, retry, shaping, store
 from delayq.buckets import expires_at
 from delayq.cleanup import TtlCleanup
 from delayq.envelope import Envelope
 from delayq.kafka import KafkaDelivery, OutRecord
 from delayq.limits import TenantLimits
 from delayq.pending import PendingCounts
+from delayq.queues import DelayQueue
 from delayq.records import DelayRequest, Rejection
 from delayq.store import MessageStore, Page
 from sim.__main__ import main, seeds_of
@@ -493,6 +494,23 @@ def _deferring_quota_rejects(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shaping.Shaper, "admit", rejecting)
 
 
+def _one_delay_queue_for_every_priority(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every priority waits in the normal delay queue (behind any low burst)."""
+    monkeypatch.setattr(DelayQueue, "of_priority", lambda self, _priority: self.queue)
+
+
+def _stored_messages_forget_their_priority(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stored item leaves out the priority: the scheduler queues them as normal."""
+    item_of = store.message_item
+
+    def without_priority(*args: Any) -> Any:
+        item = item_of(*args)
+        item.pop(c.ATTR_PRIORITY, None)
+        return item
+
+    monkeypatch.setattr(store, "message_item", without_priority)
+
+
 # Seed 7 has a burst of the deferring tenant (seed 1 has none over its quota).
 @pytest.mark.parametrize(
     ("plant", "seed", "kind"),
@@ -501,8 +519,17 @@ def _deferring_quota_rejects(monkeypatch: pytest.MonkeyPatch) -> None:
         (_slot_replaces_due_time, LIMITED_SEED, "early"),
         (_quota_rejects_lose_their_value, LIMITED_SEED, "lost"),
         (_deferring_quota_rejects, 7, "refused"),
+        (_one_delay_queue_for_every_priority, LIMITED_SEED, "misrouted"),
+        (_stored_messages_forget_their_priority, LIMITED_SEED, "priority"),
     ],
-    ids=["over-the-cap", "capped-early", "quota-reject-without-bytes", "deferral-rejected"],
+    ids=[
+        "over-the-cap",
+        "capped-early",
+        "quota-reject-without-bytes",
+        "deferral-rejected",
+        "one-queue-for-all",
+        "stored-priority-lost",
+    ],
 )
 def test_with_tenant_limits_the_checker_finds_a_planted_defect(
     monkeypatch: pytest.MonkeyPatch,

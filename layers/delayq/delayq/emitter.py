@@ -196,6 +196,14 @@ class _DelayMessage:
         self.entry = BodyEntry(Envelope(self.request).encode(), self.request)
 
 
+def _entry(delay_seconds: int, text: str, request: DelayRequest | None) -> QueueEntry:
+    """An envelope to send again, placed as its message was: its priority's delay queue and
+    the bytes of its offloaded value (a body that is not a request: the normal queue)."""
+    if request is None:
+        return QueueEntry(delay_seconds, text)
+    return QueueEntry(delay_seconds, text, request.offloaded_bytes, request.priority)
+
+
 @dataclass
 class _SqsMessageState:
     """One SQS message of the batch and what became of its delay messages."""
@@ -204,7 +212,9 @@ class _SqsMessageState:
     size: int = 0  # delay messages in it (entries of a bundle)
     settled: int = 0  # delivered, cancelled, rejected: done for good
     retries: list[QueueEntry] = field(default_factory=list)
-    dead: list[str] = field(default_factory=list)  # dead-letter envelopes
+    # Dead-letter envelopes, each placed as its message was (its priority's delay queue if
+    # the dead-letter send fails and it goes back).
+    dead: list[QueueEntry] = field(default_factory=list)
     failed: bool = False  # reported back as a whole (body not ours, re-delayed, ...)
 
 
@@ -374,7 +384,7 @@ class _EmitRun:
                 if entry is None:
                     state.failed = True
                 else:
-                    state.retries.append(QueueEntry(0, entry.text))
+                    state.retries.append(_entry(0, entry.text, entry.request))
             return
         self.result.rejected = len(self.rejections)
         for state, _, _ in self.rejections:
@@ -510,7 +520,8 @@ class _EmitRun:
         if isinstance(step, Retry):
             state.retries.append(step.entry)
         else:
-            state.dead.append(dead_letter_text(item.entry.text, step.reason, step.detail, now_ms))
+            text = dead_letter_text(item.entry.text, step.reason, step.detail, now_ms)
+            state.dead.append(_entry(0, text, request))
 
     def again(self, item: _DelayMessage, now_ms: int) -> None:
         """Put one delay message back, released at or before its due (at once when due)."""
@@ -525,17 +536,17 @@ class _EmitRun:
         to retry in one send; an SQS message whose sends failed is reported failed."""
         pending = [s for s in self.states.values() if not s.failed and (s.retries or s.dead)]
         self.result.failed.extend(s.message.message_id for s in self.states.values() if s.failed)
-        dead = [(state, text) for state in pending for text in state.dead]
+        dead = [(state, entry) for state in pending for entry in state.dead]
         if dead:
             try:
-                self.services.dead_letters.send_entries(
-                    [QueueEntry(0, text) for _, text in dead], self.deadline
-                )
+                self.services.dead_letters.send_entries([e for _, e in dead], self.deadline)
                 self.result.dead_lettered += len(dead)
             except DelayQueueError as e:
                 self.result.errors.append(f"dead-letter queue: {e}")
-                for state, text in dead:
-                    state.retries.append(QueueEntry(c.EMIT_RETRY_MAX_SECONDS, text))
+                for state, entry in dead:
+                    state.retries.append(
+                        dataclasses.replace(entry, delay_seconds=c.EMIT_RETRY_MAX_SECONDS)
+                    )
         resend = [s for s in pending if s.retries]
         if not resend:
             return
