@@ -30,7 +30,7 @@ import threading
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from delayq import constants as c
@@ -59,26 +59,45 @@ def mock_producer() -> Any:
 @dataclass
 class CapturedRequest:
     """One API call's parameters, as the adapter passed them to the client, and what the
-    client answered."""
+    client answered (or raised)."""
 
     operation: str
     params: dict[str, Any]
     response: Any = None
+    error: Exception | None = None
 
 
 def capture_calls(client: Any, methods: Sequence[str], into: list[CapturedRequest]) -> None:
     """Record every call of ``methods`` on ``client`` (an in-memory fake) into ``into``, with
-    its answer; the call itself goes on as before."""
+    its answer or error; the call itself goes on as before."""
     for name in methods:
         original = getattr(client, name)
 
         def wrapper(*args: Any, __name: str = name, __f: Any = original, **kwargs: Any) -> Any:
             captured = CapturedRequest(__name, dict(kwargs))
             into.append(captured)
-            captured.response = __f(*args, **kwargs)
+            try:
+                captured.response = __f(*args, **kwargs)
+            except Exception as e:
+                captured.error = e
+                raise
             return captured.response
 
         setattr(client, name, wrapper)
+
+
+def retried_calls(requests: Sequence[CapturedRequest]) -> list[str]:
+    """The calls of ``requests`` that failed or left work to send again (an error,
+    ``UnprocessedItems``, ``Failed`` entries): in a run that had any, the same write appears
+    twice, and a floor built from it would deflate and serialise it twice."""
+    out = []
+    for r in requests:
+        answer = r.response if isinstance(r.response, dict) else {}
+        if r.error is not None or any(answer.get("UnprocessedItems", {}).values()):
+            out.append(f"{r.operation}: {r.error or 'UnprocessedItems'}")
+        elif answer.get("Failed"):
+            out.append(f"{r.operation}: Failed {answer['Failed']}")
+    return out
 
 
 # What ingest may call, by client; the floor serialises the writes only (the pending counts'
@@ -92,35 +111,62 @@ INGEST_WRITES: Final = frozenset({"batch_write_item", "send_message_batch"})
 
 class _Replay:
     """One operation of a replaying client: serialises the parameters as botocore's JSON
-    protocols do and answers what the capturing run answered (the same answer every time when
-    all were equal, as for the writes sent from threads; else in the order they came)."""
+    protocols do and answers (or raises) what the capturing run did, in the order calls
+    arrive. Calls from threads (the SQS sends) may get one another's answers; ingest reads
+    only their ``Failed`` lists, empty in every answer of a clean capture."""
 
-    def __init__(self, operation: str, responses: Sequence[Any]) -> None:
-        self._operation = operation
-        self._constant = all(r == responses[0] for r in responses)
-        self._first = responses[0]
-        self._left = deque(responses)
+    def __init__(self, operation: str, captured: Sequence[CapturedRequest]) -> None:
+        self.operation = operation
+        self.expected = len(captured)
+        self._left = deque(captured)
         self._lock = threading.Lock()
 
     def __call__(self, **params: Any) -> Any:
         json.dumps(params, default=_blob)
-        if self._constant:
-            return self._first
         with self._lock:
             if not self._left:
-                raise AssertionError(f"{self._operation} called more often than when captured")
-            return self._left.popleft()
+                raise AssertionError(f"{self.operation} called more often than when captured")
+            answer = self._left.popleft()
+        if answer.error is not None:
+            raise answer.error
+        return answer.response
+
+    @property
+    def unanswered(self) -> int:
+        """Captured calls the replaying run has not made (yet)."""
+        return len(self._left)
 
 
-def replay_calls(client: Any, methods: Sequence[str], captured: Sequence[CapturedRequest]) -> None:
+@dataclass
+class Replaying:
+    """The replaying operations installed on a run's clients."""
+
+    operations: list[_Replay] = field(default_factory=list)
+
+    def check_done(self) -> None:
+        """Fail unless the run made every captured call (outside the timed region: a run
+        that made fewer calls than captured was not the run captured)."""
+        short = {o.operation: o.unanswered for o in self.operations if o.unanswered}
+        if short:
+            raise AssertionError(f"calls captured but not made by the run: {short}")
+
+
+def replay_calls(
+    client: Any,
+    methods: Sequence[str],
+    captured: Sequence[CapturedRequest],
+    into: Replaying,
+) -> None:
     """Make ``methods`` of ``client`` serialise their parameters (``json.dumps``, blobs as
-    base64, as the floor does) and answer from ``captured`` instead of doing the work; a
-    method the capturing run did not call fails loudly (the measurement would not be the
-    one captured)."""
+    base64, as the floor does) and answer from ``captured`` instead of doing the work, each
+    captured call once; a method the capturing run did not call fails loudly (the
+    measurement would not be the one captured). The operations are added to ``into``."""
     for name in methods:
-        responses = [r.response for r in captured if r.operation == name]
-        if responses:
-            setattr(client, name, _Replay(name, responses))
+        calls = [r for r in captured if r.operation == name]
+        if calls:
+            replay = _Replay(name, calls)
+            into.operations.append(replay)
+            setattr(client, name, replay)
         else:
             setattr(client, name, _not_captured(name))
 

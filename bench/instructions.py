@@ -291,6 +291,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--emitter-batches", type=int, default=InstructionSettings.emitter_batches)
     args = parser.parse_args(argv)
+    if args.side not in (BASELINE, *PAIRS[args.pair], *EXTRA_FLOORS.get(args.pair, {})):
+        parser.error(f"{args.pair} has no side {args.side}")
     cfg = InstructionSettings(
         ingest_batches=args.ingest_batches,
         ingest_batch_size=args.ingest_batch_size,

@@ -70,7 +70,7 @@ def test_ingest_on_replaying_clients_sends_what_the_fakes_were_sent() -> None:
     floor.capture_calls(run.pipeline.dynamodb, floor.INGEST_CALLS["dynamodb"], replayed)
     floor.capture_calls(run.pipeline.sqs, floor.INGEST_CALLS["sqs"], replayed)
     assert run.call() == TINY.ingest_batches * TINY.ingest_batch_size
-    run.close()
+    run.close()  # every captured call was made
     assert description["clients"] == "serialise and replay"
     assert sorted(r.operation for r in replayed) == sorted(r.operation for r in captured.requests)
     writes = [r for r in replayed if r.operation in floor.INGEST_WRITES]
@@ -80,26 +80,71 @@ def test_ingest_on_replaying_clients_sends_what_the_fakes_were_sent() -> None:
     assert run.pipeline.counter.calls[("dynamodb", "BatchWriteItem")] == 0
 
 
-def test_a_replaying_client_serialises_and_refuses_calls_it_did_not_see() -> None:
+def test_a_replaying_client_serialises_answers_in_order_and_checks_every_call_was_made() -> None:
     class Client:
         pass
 
     client = Client()
+    refused = RuntimeError("ConditionalCheckFailed")
     captured = [
         floor.CapturedRequest("get_item", {}, {}),
         floor.CapturedRequest("get_item", {}, {"Item": {"n": {"N": "1"}}}),
+        floor.CapturedRequest("update_item", {}, error=refused),
         floor.CapturedRequest("update_item", {}, {}),
     ]
-    floor.replay_calls(client, ["get_item", "update_item", "query"], captured)
+    replaying = floor.Replaying()
+    floor.replay_calls(client, ["get_item", "update_item", "query"], captured, replaying)
     assert client.get_item(Key={"b": {"B": b"\x00"}}) == {}  # type: ignore[attr-defined]
+    with pytest.raises(TypeError, match="cannot serialise"):
+        client.update_item(Key={"x": object()})  # type: ignore[attr-defined]
+    with pytest.raises(RuntimeError, match="ConditionalCheckFailed"):
+        client.update_item()  # type: ignore[attr-defined]
+    with pytest.raises(AssertionError, match=r"not made by the run: \{'get_item': 1, "):
+        replaying.check_done()
     assert client.get_item() == {"Item": {"n": {"N": "1"}}}  # type: ignore[attr-defined]
     with pytest.raises(AssertionError, match="more often"):
         client.get_item()  # type: ignore[attr-defined]
-    assert client.update_item() == client.update_item() == {}  # type: ignore[attr-defined]
+    assert client.update_item() == {}  # type: ignore[attr-defined]
+    replaying.check_done()
     with pytest.raises(AssertionError, match="not called"):
         client.query()  # type: ignore[attr-defined]
-    with pytest.raises(TypeError, match="cannot serialise"):
-        client.update_item(Key={"x": object()})  # type: ignore[attr-defined]
+
+
+def test_a_capture_that_retried_a_write_is_not_a_floor(monkeypatch: pytest.MonkeyPatch) -> None:
+    answered: dict[str, object] = {"UnprocessedItems": {"t": [{"PutRequest": {"Item": {}}}]}}
+    retried = [
+        floor.CapturedRequest("batch_write_item", {}, answered),
+        floor.CapturedRequest("send_message_batch", {}, {"Failed": [{"Id": "0"}]}),
+        floor.CapturedRequest("update_item", {}, error=RuntimeError("throttled")),
+        floor.CapturedRequest("batch_write_item", {}, {"UnprocessedItems": {}}),
+    ]
+    assert [r.split(":")[0] for r in floor.retried_calls(retried)] == [
+        "batch_write_item",
+        "send_message_batch",
+        "update_item",
+    ]
+    monkeypatch.setattr(cpu, "ingest_requests", lambda _events: retried)
+    with pytest.raises(AssertionError, match="retried calls"):
+        cpu.IngestInputs.build(TINY)
+
+
+def test_the_ingest_floor_deflates_each_blob_once_at_the_stores_level(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    captured = cpu.IngestInputs.build(TINY)
+    calls: list[tuple[int, int]] = []
+    compress = zlib.compress
+
+    def counting(data: bytes, level: int = -1) -> bytes:
+        calls.append((len(data), level))
+        return compress(data, level)
+
+    monkeypatch.setattr(zlib, "compress", counting)
+    floor.ingest_floor(captured.events, captured.requests, captured.deflate)
+    assert calls == [(len(b), c.STORE_ZLIB_LEVEL) for b in captured.deflate]
+    calls.clear()
+    floor.ingest_floor(captured.events, captured.requests)
+    assert calls == []
 
 
 def test_ingest_floor_serialises_blobs_and_signed_header_bytes() -> None:
@@ -154,6 +199,8 @@ def test_measure_with_floor_reports_ratios_and_keys() -> None:
     pytest.importorskip("confluent_kafka")
     figures, comparison = cpu.measure_with_floor(TINY, profile="never")
     assert set(figures) == {"ingest", "scheduler", "emitter"}
+    # The per-core rate is timed on the in-memory fakes, and says so.
+    assert figures["ingest"].inputs["clients"] == "in-memory fakes"
     doc = comparison.as_dict()
     for key in ("ingest", "emitter", "method", "floor_messages_per_second", "goal", "met"):
         assert key in doc, key

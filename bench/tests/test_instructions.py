@@ -7,6 +7,7 @@ import pytest
 from bench.instructions import (
     Count,
     InstructionSettings,
+    main,
     measure_instructions,
     parse_totals,
     per_message,
@@ -73,3 +74,8 @@ def test_callgrind_counts_the_ingest_handler_above_its_floor() -> None:
         f"ingest {result.ratios['ingest']:.2f}x, ingest_vs_floor_without_deflate "
         f"{result.ratios['ingest_vs_floor_without_deflate']:.2f}x"
     )
+
+
+def test_the_child_refuses_a_side_its_pair_does_not_have() -> None:
+    with pytest.raises(SystemExit):
+        main(["emitter", "floor_without_deflate"])
