@@ -419,12 +419,13 @@ class EmbeddedStack:
             prefix = re.sub(r"\W", "_", f"delayq_fn_{self.config.stack_name}_{spec.logical_id}")
 
             def loader() -> Handler:
-                name = f"{prefix}_{next(_module_numbers)}"
+                number = next(_module_numbers)
+                name = f"{prefix}_{number}"
                 self._modules.append(name)
                 skewed = self.faults.handler_clock(spec.logical_id) if self.faults else None
                 if skewed is not None:
                     set_handler_clock(name, skewed)
-                with environ_during(environ):
+                with environ_during({**environ, **_own_logger(environ, spec, number)}):
                     handler = load_handler(path, attribute, name)
                 # The module took its clock when imported; one still set was never taken.
                 if skewed is not None and handler_clock(name) is skewed:
@@ -603,6 +604,16 @@ def iam_guard(deployment: Deployment) -> IamGuard:
         },
         Account(deployment.region, deployment.account, partition_keys),
     )
+
+
+def _own_logger(environ: Mapping[str, str], spec: FunctionSpec, number: int) -> dict[str, str]:
+    """The Powertools service name of one execution environment: the template's (the stack),
+    then the function and the environment's number. In AWS each environment is a process of
+    its own; here they share one, and Powertools keeps one logger (and the keys a handler
+    appends to it) per service name, so a shared name would mix one invocation's keys
+    (function, request id, cold start) into another's lines."""
+    service = environ.get("POWERTOOLS_SERVICE_NAME") or "delayq"
+    return {"POWERTOOLS_SERVICE_NAME": f"{service}/{spec.logical_id}/{number}"}
 
 
 def _apply_environ(values: Mapping[str, str]) -> dict[str, str | None]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aws_lambda_powertools import Logger
 from confluent_kafka import Producer
 
 from delayq_local import EmbeddedStack, LocalStackError, MotoServer, StackConfig, reachable
@@ -149,13 +150,29 @@ def test_handlers_load_from_their_files_with_their_own_environment(
     assert all(name.startswith(f"delayq_fn_{stack_name}_") for name in imports)
     emitter_module = next(n for n in imports if "EmitterFunction" in n)
     ingest_module = next(n for n in imports if "IngestFunction" in n)
-    assert imports[emitter_module] == "delayq-emitter"  # each function's own variables
-    assert imports[ingest_module] == "delayq"
+    # Each function's own variables; each environment its own Powertools service (logger).
+    number = emitter_module.rsplit("_", 1)[1]
+    assert imports[emitter_module] == f"delayq-emitter/EmitterFunction/{number}"
+    assert imports[ingest_module].startswith("delayq/IngestFunction/")
     assert invoked()[0] == {
         "invoked": emitter_module,
         "function": f"{stack_name}-EmitterFunction",
     }
     assert sys.path == path_before
+
+
+def test_powertools_keeps_appended_keys_per_service_name() -> None:
+    # Why each local execution environment gets its own service name: loggers of one service
+    # share the keys a handler appends (its request id, cold start), loggers of two do not.
+    first, same = Logger(service="probe-shared"), Logger(service="probe-shared")
+    first.append_keys(request_id="first")
+    assert same.get_current_keys().get("request_id") == "first"
+    ingest, emitter = (
+        Logger(service="probe/IngestFunction/1"),
+        Logger(service="probe/EmitterFunction/2"),
+    )
+    ingest.append_keys(request_id="ingest-1")
+    assert "request_id" not in emitter.get_current_keys()
 
 
 SKEWED_APP = '''
