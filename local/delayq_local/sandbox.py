@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aws_lambda_powertools import Metrics
+from aws_lambda_powertools.metrics.functions import is_metrics_disabled
+
 from delayq_local.exceptions import HandlerLoadError
 
 log = logging.getLogger(__name__)
@@ -209,6 +212,8 @@ class ExecutionEnvironment:
         except RuntimeCrash as e:
             error = e
             log.warning("%s %s crashed: %s", self.function.name, request_id, e)
+        finally:
+            _discard_disabled_metrics()
         duration = time.time() - started
         timed_out = duration > self.function.timeout_seconds
         if timed_out:
@@ -220,6 +225,17 @@ class ExecutionEnvironment:
                 self.function.timeout_seconds,
             )
         return Invocation(request_id, response, error, duration, timed_out)
+
+
+def _discard_disabled_metrics() -> None:
+    """Drop what the handlers recorded while Powertools metrics are disabled (the local stack
+    disables them). Powertools keeps every ``Metrics`` object's metrics in one set, never
+    flushed while disabled, and prints that set whenever a metric reaches 100 values: here,
+    where every function's environments share one process, that printed one function's
+    metrics under another's service in the handlers' output. In AWS each environment is a
+    process of its own and the stack's metrics are enabled."""
+    if is_metrics_disabled():
+        Metrics().clear_metrics()
 
 
 def load_handler(path: Path, attribute: str, module_name: str) -> Handler:

@@ -10,13 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aws_lambda_powertools import Logger
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
 from confluent_kafka import Producer
 
 from delayq_local import EmbeddedStack, LocalStackError, MotoServer, StackConfig, reachable
 from delayq_local.aws import localstack_endpoint
 from delayq_local.doubles import RecordingHandler, wait_until
 from delayq_local.faults import FaultPlan
+from delayq_local.sandbox import LocalFunction
 from delayq_local.sources import (
     KafkaEventSource,
     ScheduleEventSource,
@@ -307,3 +309,22 @@ def test_the_stack_consumes_from_a_real_broker(stack_name: str) -> None:
         producer.produce(topic, value=b"real")
         assert producer.flush(10) == 0
         assert wait_until(lambda: ingest.calls >= 1, 30)
+
+
+def test_disabled_metrics_are_dropped_after_each_local_invocation(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Powertools prints its shared metric set whenever a metric reaches 100 values, even with
+    # metrics disabled; in one process for every function that printed one function's
+    # metrics under another's service. Each invocation's disabled metrics are dropped.
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
+    metrics = Metrics(namespace="probe")
+
+    def handler(_event: Any, _context: Any) -> None:
+        for value in range(60):
+            metrics.add_metric(name="Probe", unit=MetricUnit.Count, value=value)
+
+    environment = LocalFunction(name="probe", loader=lambda: handler).environment()
+    for _ in range(3):  # 180 values in all: printed at the 100th without the drop
+        assert environment.invoke({}).error is None
+    assert "Probe" not in capsys.readouterr().out
