@@ -117,7 +117,6 @@ class _Replay:
 
     def __init__(self, operation: str, captured: Sequence[CapturedRequest]) -> None:
         self.operation = operation
-        self.expected = len(captured)
         self._left = deque(captured)
         self._lock = threading.Lock()
 
