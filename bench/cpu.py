@@ -104,13 +104,25 @@ class _Run:
     call: Callable[[], int]
     invocations: int
     pipeline: InMemoryPipeline | None
-    # Checks the run once done (outside the timed region), before it is released.
+    # Checks a run that was called, once done (outside the timed region), before it is
+    # released (runs are also prepared and released uncalled: the instruction baseline).
     after: Callable[[], None] | None = None
+    called: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        body = self.call
+
+        def call() -> int:
+            self.called = True
+            return body()
+
+        self.call = call
 
     def close(self) -> None:
-        """Check the run, and release what it held (outside the timed region)."""
+        """Check the run if it was called, and release what it held (outside the timed
+        region)."""
         try:
-            if self.after is not None:
+            if self.after is not None and self.called:
                 self.after()
         finally:
             if self.pipeline is not None:
@@ -263,21 +275,14 @@ def prepare_ingest(
             ):
                 floor.replay_calls(client, methods, inputs.requests, replaying)
 
-        called: list[bool] = []
-
         def call() -> int:
-            called.append(True)
             n = 0
             for event in events:
                 result = pipeline.ingest(event)
                 n += result.queued + result.stored
             return n
 
-        def check() -> None:  # a run prepared and released without a call made none
-            if called:
-                replaying.check_done()
-
-        return _Run(call, len(events), pipeline, check)
+        return _Run(call, len(events), pipeline, replaying.check_done)
 
     description = {
         "batches": cfg.ingest_batches,
