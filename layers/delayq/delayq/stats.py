@@ -25,8 +25,9 @@ delivery and is also counted in `early`. ``hist[i]`` counts lateness in
 Cost trade-off of the flush policy: an environment writes one item per epoch minute in which it
 delivered anything (written once the minute is over), plus one per `max_messages` deliveries
 within a minute. With ``m`` deliveries per environment-minute that is about
-``1/m + 1/max_messages`` writes per message: <= 0.1 once an environment delivers 10 or more
-messages a minute, ~0.0015 at 100 M messages a day over 50 environments. Below that rate the
+``ceil(m / max_messages) / m`` writes per message (``1/m`` when ``m`` is below
+``max_messages``): 0.1 to 0.2 once an environment delivers 10 or more messages a minute, and
+about 0.1 when it is busy (100 M messages a day over 50 environments). Below that rate the
 ratio is higher but the absolute cost is at most one write per environment-minute (~1,440
 writes a day, a fraction of a cent). Holding data longer would cut writes further but lose more
 when Lambda reclaims an idle environment (statistics not yet written are gone; deliveries are
