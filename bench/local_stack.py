@@ -45,7 +45,7 @@ class LocalOptions:
     # (delayq_local.moto_fixes): plain moto's receive slows down linearly with queue depth
     # (moto_depth_probe).
     burst_messages: int = 20_000
-    steady_rate: float | None = None  # messages/s; None: derived from the measured burst
+    steady_rate: float | None = None  # messages/s; None: DEFAULT_STEADY_RATE (50/s)
     steady_seconds: float = 60.0
     emitter_concurrency: int = 4
 
@@ -357,9 +357,11 @@ _READS: Final = frozenset({"GetItem", "BatchGetItem", "Query"})
 def moto_depth_probe(
     depths: Sequence[int] = (100, 1000, 3000), receives: int = 10
 ) -> dict[str, Any]:
-    """How long moto (in-process, in this process: with the local runner's SQS patches once
-    the stack has run) takes for one ReceiveMessage + DeleteMessageBatch of 10 at a given queue
-    depth: how far the local burst can grow before it measures moto instead of the product."""
+    """How long moto (in-process, in this process) takes for one ReceiveMessage +
+    DeleteMessageBatch of 10 at a given queue depth: how far the local burst can grow before it
+    measures moto instead of the product. The local runner's SQS patches count only if they
+    were applied in this process, which the stack does only with moto in-process (by default
+    moto runs in a child process): the result says whether they were."""
     import boto3  # noqa: PLC0415
     from moto import mock_aws  # noqa: PLC0415
 

@@ -1,5 +1,5 @@
 # Benchmarks (bench/, docs/benchmarks.md): figures with their method, inputs and machine; they
-# never fail on speed. `make bench` runs everything (a few minutes: the local stack part runs a
+# never fail on speed. `make bench` runs everything (about 27 minutes: the local stack part runs a
 # burst and a steady workload on moto + the mock Kafka cluster) and writes results/bench.json
 # and results/bench.md (the README's performance table).
 .PHONY: bench bench-quick
