@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -334,17 +335,22 @@ class CallFigures:
 # the worst case) and a producer that uses a few fixed delays (retries, reminders, timeouts).
 FIXED_DELAYS_MS: Final = (30_000, 3600_000, 86_400_000)
 PENDING_BATCHES: Final = (100, 1000)
+# The label of the workload's own delay mix in measure_pending_counts' rows.
+WORKLOAD_MIX: Final = "reference mix"
 
 
 def measure_pending_counts(
-    messages: int, workload: Workload = REFERENCE_MIX, seed: int = 11
+    messages: int,
+    workload: Workload = REFERENCE_MIX,
+    seed: int = 11,
+    batches: Sequence[int] = PENDING_BATCHES,
 ) -> dict[str, Any]:
     """What the pending counts add per message: ingest batches of records sent together (at
     the same time, delays drawn from the mix), run with the counts on and off, the difference
     in DynamoDB write calls and write units per message."""
     rng = random.Random(seed)
     mixes = {
-        "reference mix": mixed_delays_ms(messages, workload, rng),
+        WORKLOAD_MIX: mixed_delays_ms(messages, workload, rng),
         "three fixed delays (30 s, 1 h, 1 day)": [
             rng.choice(FIXED_DELAYS_MS) for _ in range(messages)
         ],
@@ -352,7 +358,7 @@ def measure_pending_counts(
     rows = []
     for mix, delays in mixes.items():
         records = [kafka_record(i, delay_ms=d) for i, d in enumerate(delays)]
-        for batch in PENDING_BATCHES:
+        for batch in sorted(set(batches)):
             on, off = (_ingest_counter(records, batch, counts) for counts in (1, 0))
             rows.append(
                 {
@@ -369,6 +375,15 @@ def measure_pending_counts(
         "day, the days of a week) and target a batch touches; `delayq pending` reads 7 days "
         "with one Query per day",
     }
+
+
+def pending_wru(pending: Mapping[str, Any], batch: int, mix: str = WORKLOAD_MIX) -> float:
+    """Pending-count write units per message for ``mix`` in ingest batches of ``batch``
+    (a row of :func:`measure_pending_counts`)."""
+    for row in pending["rows"]:
+        if row["mix"] == mix and row["batch"] == batch:
+            return float(row["wru_per_message"])
+    raise KeyError(f"no pending-count measurement for {mix!r} in batches of {batch}")
 
 
 @dataclass(frozen=True)

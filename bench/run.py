@@ -30,7 +30,8 @@ from bench.harness import bench_settings
 from bench.local_stack import LocalOptions
 from bench.local_stack import measure as measure_local
 from bench.machine import describe
-from bench.reference_mix import REFERENCE_MIX
+from bench.reference_mix import REFERENCE_MIX, Workload
+from bench.template import deployed
 from testkit.aws import write_units
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,23 @@ def _instructions(options: Options, vs_floor: cpu_mod.FloorComparison, out: Text
     out.write(f"   {instructions_mod.summary(counted)} ({time.monotonic() - t:.0f} s)\n")
 
 
+def _requests(
+    options: Options, workload: Workload, out: TextIO
+) -> tuple[calls_mod.CallFigures, dict[str, Any]]:
+    """Requests per message by path, and what the pending counts add in the template's ingest
+    batches (and the others measured)."""
+    t = _step(out, "requests per message (in-memory clients)")
+    call_figures = calls_mod.measure_calls(options.calls, workload)
+    requests = call_figures.as_dict()
+    requests["pending_counts"] = calls_mod.measure_pending_counts(
+        options.calls.messages,
+        workload,
+        batches=(deployed().ingest_batch_size, *calls_mod.PENDING_BATCHES),
+    )
+    out.write(f"   sqs {requests['sqs']:.3f}/msg ({time.monotonic() - t:.0f} s)\n")
+    return call_figures, requests
+
+
 def run(options: Options, out: TextIO = sys.stderr) -> dict[str, Any]:
     """Every figure; the document written to bench.json."""
     machine = describe()
@@ -125,11 +143,7 @@ def run(options: Options, out: TextIO = sys.stderr) -> dict[str, Any]:
 
     _instructions(options, vs_floor, out)
 
-    t = _step(out, "requests per message (in-memory clients)")
-    call_figures = calls_mod.measure_calls(options.calls, workload)
-    requests = call_figures.as_dict()
-    requests["pending_counts"] = calls_mod.measure_pending_counts(options.calls.messages, workload)
-    out.write(f"   sqs {requests['sqs']:.3f}/msg ({time.monotonic() - t:.0f} s)\n")
+    call_figures, requests = _requests(options, workload, out)
 
     _step(out, "cost model")
     sched = figures["scheduler"]
@@ -152,6 +166,7 @@ def run(options: Options, out: TextIO = sys.stderr) -> dict[str, Any]:
         item_bytes=item_bytes,
         lead_ms=settings.emit_lead_ms,
         max_hold_ms=settings.max_hold_ms,
+        pending_wru=calls_mod.pending_wru(requests["pending_counts"], deployed().ingest_batch_size),
     )
     model = cost_mod.build(measured, workload)
 

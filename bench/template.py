@@ -54,6 +54,8 @@ class FunctionConfig:
     )
     emitter_batch_size: int = 10
     emitter_batching_window_s: float = 0.0
+    # Records per ingest invocation (the Kafka event source's BatchSize: IngestBatchSize).
+    ingest_batch_size: int = 100
     source: str = "defaults (template.yaml not readable)"
 
     @classmethod
@@ -88,6 +90,9 @@ class FunctionConfig:
                 batch = int(props.get("BatchSize", 10))
                 window = float(props.get("MaximumBatchingWindowInSeconds", 0))
         param = template.parameters.get("EmitterMaxConcurrency") or {}
+        ingest_batch = (template.parameters.get("IngestBatchSize") or {}).get(
+            "Default", defaults.ingest_batch_size
+        )
         priority = {
             name: int(
                 (template.parameters.get(f"Emitter{name.title()}MaxConcurrency") or {}).get(
@@ -105,6 +110,7 @@ class FunctionConfig:
             emitter_priority_max_concurrency=priority,
             emitter_batch_size=batch,
             emitter_batching_window_s=window,
+            ingest_batch_size=int(ingest_batch),
             source=path.name,
         )
 

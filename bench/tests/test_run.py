@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from bench.calls import pending_wru
 from bench.instructions import BASELINE, PAIRS, Count, InstructionSettings
 from bench.results import console, write
 from bench.run import QUICK, run
+from bench.template import deployed
 
 
 def fake_count(_valgrind: str, pair: str, side: str, _cfg: InstructionSettings) -> Count:
@@ -52,6 +54,19 @@ def test_bench_runs_end_to_end_with_tiny_inputs(
     # A few fixed delays cost less than delays spread over hours and days; bigger batches less.
     by = {(r["mix"].split()[0], r["batch"]): r["wru_per_message"] for r in pending}
     assert 0 < by[("three", 1000)] < by[("three", 100)] < by[("reference", 100)] < 0.1
+    # The cost model prices the pending counts of the delay mix in the template's ingest
+    # batches, not those of the per-path runs (whose batches fall in one period each).
+    details = saved["cost_usd_per_million"]["details"]
+    lines = {line["component"]: line for line in details["designs"]["this_design"]["lines"]}
+    batch = deployed().ingest_batch_size
+    assert lines["DynamoDB pending counts"]["usd_per_million"] == pytest.approx(
+        pending_wru(saved["requests_per_message"]["pending_counts"], batch) * 0.625
+    )
+    assert f"ingest batches of {batch}" in lines["DynamoDB pending counts"]["detail"]
+    off = next(v for v in details["sensitivity"] if v["variant"].startswith("PendingCounts=0"))
+    assert off["delta"] == pytest.approx(
+        -lines["DynamoDB pending counts"]["usd_per_million"], abs=1e-4
+    )
     assert saved["cpu_messages_per_second"]["emitter"] > 0
     assert {"ingest", "emitter", "method", "goal", "met"} <= set(saved["cpu_vs_floor"])
     # Instruction counts (callgrind) next to the time ratios, in the JSON and on the console.

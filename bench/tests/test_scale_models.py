@@ -4,13 +4,14 @@ each goal as the run saw it, and the lifts that follow from it."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from bench.burst import SOURCE, scale_costs, scale_deployment, scale_out_model
 from bench.cost import Assumptions
 from bench.fairness import aws_scale_model
 from bench.harness import bench_settings
-from bench.template import FunctionConfig
+from bench.template import TEMPLATE, FunctionConfig
 
 MESSAGES = 1_000_000
 
@@ -101,3 +102,14 @@ def test_the_deployment_follows_the_template() -> None:
     assert d.sources["high"].max_concurrency == 7
     assert d.sources["normal"].start_concurrency == 7
     assert d.memory_mb["scheduler"] == functions.memory_mb["scheduler"]
+
+
+def test_the_ingest_batch_size_comes_from_the_template(tmp_path: Path) -> None:
+    text = TEMPLATE.read_text()
+    old = "  IngestBatchSize:\n    Type: Number\n    Default: 100\n"
+    assert old in text
+    changed = tmp_path / "template.yaml"
+    changed.write_text(text.replace(old, old.replace("100", "250")))
+    assert FunctionConfig.from_template(TEMPLATE).ingest_batch_size == 100
+    config = FunctionConfig.from_template(changed)
+    assert (config.ingest_batch_size, config.source) == (250, "template.yaml")
