@@ -19,7 +19,7 @@ DOCUMENTED_DEFAULT = re.compile(r"^\| `(DELAYQ_\w+)` \| `?([\w.]+)`? \|", re.MUL
 def test_defaults_are_the_documented_ones() -> None:
     table = DOCUMENTED_DEFAULT.findall((ROOT / "docs" / "internals.md").read_text())
     documented = {var: value for var, value in table if value != "empty"}
-    assert len(documented) == 23  # the numeric defaults and the Kafka security mode
+    assert len(documented) == 24  # the numeric defaults and the Kafka security mode
     assert Settings.from_env(documented) == Settings()
 
 
