@@ -56,7 +56,11 @@ from delayq_local.template import Template, load_template
 
 log = logging.getLogger(__name__)
 
-KAFKA_ASSIGN_TIMEOUT_SECONDS: Final = 30.0
+# How long start-up waits for the Kafka event sources' consumer groups to be assigned. A
+# group join normally takes a second or two; with four test workers on two busy cores one
+# took over 30 s (a CI run of 2026-11-26), so the bound is generous: it only turns a hang
+# into an error.
+KAFKA_ASSIGN_TIMEOUT_SECONDS: Final = 90.0
 # Lambda scales an SQS-triggered function up to the event's MaximumConcurrency; locally the
 # execution environments are threads of one process, so their number is capped.
 LOCAL_MAX_CONCURRENCY: Final = 16
