@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.calls import pending_wru
+from bench.cost import price
 from bench.instructions import BASELINE, PAIRS, Count, InstructionSettings
 from bench.results import console, write
 from bench.run import QUICK, run
@@ -60,7 +61,9 @@ def test_bench_runs_end_to_end_with_tiny_inputs(
     lines = {line["component"]: line for line in details["designs"]["this_design"]["lines"]}
     batch = deployed().ingest_batch_size
     assert lines["DynamoDB pending counts"]["usd_per_million"] == pytest.approx(
-        pending_wru(saved["requests_per_message"]["pending_counts"], batch) * 0.625
+        pending_wru(saved["requests_per_message"]["pending_counts"], batch)
+        * price("dynamodb_wru")
+        * 1e6
     )
     assert f"ingest batches of {batch}" in lines["DynamoDB pending counts"]["detail"]
     off = next(v for v in details["sensitivity"] if v["variant"].startswith("PendingCounts=0"))
