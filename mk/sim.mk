@@ -8,7 +8,7 @@
 # writes results/sim-campaign/seeds-12600-13599.json (a shard), and `make sim-merge` adds the
 # shards up, exactly, into results/sim-campaign.json (refused if their shapes or knobs differ
 # or their seeds overlap). MESSAGES sets each seed's requests (the campaigns use 1000). The
-# shards are committed (a session's checkout keeps only what landed), so any checkout can merge.
+# shards are committed, so any clone can merge them and check the README's figures.
 .PHONY: sim sim-chunk sim-merge
 SEEDS ?= 0-15
 LIMITED_SEEDS ?= $(SEEDS)
