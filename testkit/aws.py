@@ -215,8 +215,6 @@ _NAME = r"#?[A-Za-z_][A-Za-z0-9_.]*"
 _KEY_CONDITION = re.compile(rf"^\s*({_NAME})\s*=\s*(:\w+)\s*$")
 _ADD_CLAUSE = re.compile(rf"^\s*({_NAME})\s+(:\w+)\s*$")
 _UPDATE_SECTION = re.compile(r"\b(SET|ADD)\s+", re.IGNORECASE)
-_COMPARISON = re.compile(rf"^\s*({_NAME})\s*(=|<>|<=|>=|<|>)\s*(:\w+)\s*$")
-_EXISTS = re.compile(rf"^\s*(attribute_exists|attribute_not_exists)\s*\(\s*({_NAME})\s*\)\s*$")
 _SET_CLAUSE = re.compile(rf"^\s*({_NAME})\s*=\s*(:\w+)\s*$")
 
 
@@ -291,22 +289,93 @@ class _Expression:
             raise _error(self.operation, "ValidationException", f"undefined value {token}") from e
 
     def condition(self, text: str, item: Mapping[str, Any] | None) -> bool:
-        """Evaluate a condition: terms (comparison or attribute_(not_)exists) joined by OR."""
-        terms = text.split(" OR ")
-        if len(terms) > 1:
-            return any(self.condition(term.strip(), item) for term in terms)
-        match = _EXISTS.match(text)
-        if match:
-            present = item is not None and self.name(match.group(2)) in item
-            return present if match.group(1) == "attribute_exists" else not present
-        match = _COMPARISON.match(text)
-        if match:
-            left = None if item is None else item.get(self.name(match.group(1)))
-            return _compare(left, match.group(2), self.value(match.group(3)))
-        raise NotImplementedError(f"expression not supported by the fake: {text!r}")
+        """Evaluate a condition: comparisons, ``attribute_exists``, ``attribute_not_exists``
+        and ``begins_with``, joined by AND, OR and NOT, with parentheses."""
+        tokens = [t for t in _TOKEN.findall(text) if t.strip()]
+        if "".join(tokens) != "".join(text.split()):
+            raise NotImplementedError(f"expression not supported by the fake: {text!r}")
+        parser = _ConditionParser(tokens, self, item)
+        result = parser.disjunction()
+        if parser.position != len(tokens):
+            raise NotImplementedError(f"expression not supported by the fake: {text!r}")
+        return result
 
     def projection(self, text: str) -> list[str]:
         return [self.name(part.strip()) for part in text.split(",") if part.strip()]
+
+
+_TOKEN = re.compile(r"\s*(\(|\)|,|<>|<=|>=|=|<|>|[#:]?[A-Za-z_][A-Za-z0-9_.]*)")
+_FUNCTIONS = ("attribute_exists", "attribute_not_exists", "begins_with")
+
+
+class _ConditionParser:
+    """Recursive descent over a condition's tokens (OR binds loosest, then AND, then NOT)."""
+
+    def __init__(
+        self, tokens: list[str], expr: _Expression, item: Mapping[str, Any] | None
+    ) -> None:
+        self.tokens = tokens
+        self.position = 0
+        self._expr = expr
+        self._item = item
+
+    def _peek(self) -> str:
+        return self.tokens[self.position] if self.position < len(self.tokens) else ""
+
+    def _take(self, expected: str | None = None) -> str:
+        token = self._peek()
+        if not token or (expected is not None and token.upper() != expected):
+            raise NotImplementedError(f"expression not supported by the fake: {self.tokens!r}")
+        self.position += 1
+        return token
+
+    def disjunction(self) -> bool:
+        results = [self._conjunction()]
+        while self._peek().upper() == "OR":
+            self._take()
+            results.append(self._conjunction())
+        return any(results)
+
+    def _conjunction(self) -> bool:
+        results = [self._unary()]
+        while self._peek().upper() == "AND":
+            self._take()
+            results.append(self._unary())
+        return all(results)
+
+    def _unary(self) -> bool:
+        if self._peek().upper() == "NOT":
+            self._take()
+            return not self._unary()
+        if self._peek() == "(":
+            self._take()
+            result = self.disjunction()
+            self._take(")")
+            return result
+        first = self._take()
+        if first in _FUNCTIONS:
+            return self._function(first)
+        op = self._take()
+        if op not in {"=", "<>", "<", "<=", ">", ">="}:
+            raise NotImplementedError(f"expression not supported by the fake: {self.tokens!r}")
+        return _compare(self._attribute(first), op, self._expr.value(self._take()))
+
+    def _function(self, name: str) -> bool:
+        self._take("(")
+        attribute = self._attribute(self._take())
+        if name == "begins_with":
+            self._take(",")
+            prefix = self._expr.value(self._take())
+            self._take(")")
+            return attribute is not None and _comparable(attribute)[1].startswith(
+                _comparable(prefix)[1]
+            )
+        self._take(")")
+        present = attribute is not None
+        return present if name == "attribute_exists" else not present
+
+    def _attribute(self, token: str) -> Any:
+        return None if self._item is None else self._item.get(self._expr.name(token))
 
 
 @dataclass
@@ -560,7 +629,8 @@ class FakeDynamoDB:
         operation = "Query"
         table = self._table(TableName, operation)
         expr = _Expression(ExpressionAttributeNames or {}, ExpressionAttributeValues, operation)
-        match = _KEY_CONDITION.match(KeyConditionExpression)
+        hash_part, _, range_part = KeyConditionExpression.partition(" AND ")
+        match = _KEY_CONDITION.match(hash_part)
         if not match or expr.name(match.group(1)) != self.hash_key:
             raise NotImplementedError(f"key condition not supported: {KeyConditionExpression!r}")
         pk_value = expr.value(match.group(2))
@@ -577,6 +647,8 @@ class FakeDynamoDB:
         for index in range(start, len(order)):
             assert partition is not None
             stored = partition.rows[order[index]]
+            if range_part and not expr.condition(range_part, stored.item):
+                continue  # outside the key condition: not read, not billed
             scanned += 1
             read_bytes += stored.size
             if FilterExpression is None or expr.condition(FilterExpression, stored.item):

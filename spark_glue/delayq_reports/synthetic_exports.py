@@ -32,14 +32,17 @@ def message_item(
 ) -> dict[str, dict[str, str]]:
     """A stored pending message (`kind` msg) with a `size`-byte value."""
     due_second = due_ms // 1000
+    src = f"delay-requests-0-{delay_id}"
+    # The store's sort key: the id, then a tag of the record (delayq.store.sort_key).
+    tag = base64.urlsafe_b64encode(hashlib.blake2b(src.encode(), digest_size=6).digest())
     item = {
         "pk": {"S": f"{due_second}#{shard}"},
-        "sk": {"S": delay_id},
+        "sk": {"S": f"{delay_id}#{tag.decode('ascii')}"},
         "kind": {"S": "msg"},
         "due_ms": {"N": str(due_ms)},
         "target": {"S": target},
         "value": {"B": base64.b64encode(b"v" * size).decode("ascii")},
-        "src": {"S": f"delay-requests-0-{delay_id}"},
+        "src": {"S": src},
         "size": {"N": str(size)},
         "expires_at": {"N": str(due_second + TTL_GRACE_SECONDS)},
     }

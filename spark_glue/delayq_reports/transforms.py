@@ -205,17 +205,26 @@ def _percentile(cumulative: Column, messages: Column, max_ms: Column, per_mille:
 # Backlog forecast --------------------------------------------------------------------------
 
 
+# A stored message's sort key ends with its record's version tag (``delayq.store.sort_key``).
+_VERSION_TAG: Final = "#[A-Za-z0-9_-]{8}$"
+
+
 def decode_items(raw: DataFrame) -> DataFrame:
     """Message, cancel and watermark items.
 
-    Columns: kind, pk, id (the sort key: the delay id for messages and cancels), topic, tenant,
-    due_ms, due_second (the numeric part of a message's pk before '#'), size, second (watermark).
+    Columns: kind, pk, id (the delay id: a cancel's sort key; a message's without the record's
+    version tag), topic, tenant, due_ms, due_second (the numeric part of a message's pk before
+    '#'), size, second (watermark).
     """
     pk = _attr("pk", "S")
+    sk = _attr("sk", "S")
+    delay_id = F.when(
+        _attr("kind", "S") == KIND_MESSAGE, F.regexp_replace(sk, _VERSION_TAG, "")
+    ).otherwise(sk)
     return raw.where(_attr("kind", "S").isin(KIND_MESSAGE, KIND_CANCEL, KIND_WATERMARK)).select(
         _attr("kind", "S").alias("kind"),
         pk.alias("pk"),
-        _attr("sk", "S").alias("id"),
+        delay_id.alias("id"),
         _attr("target", "S").alias("topic"),
         _attr("tenant", "S").alias("tenant"),
         _attr("due_ms", "N").cast("long").alias("due_ms"),

@@ -240,7 +240,7 @@ def _pending_counts_forget_counted_offsets(monkeypatch: pytest.MonkeyPatch) -> N
         (_direct_path_skips_cancel_markers, 35, "cancel"),
         (_network_errors_not_retried, 0, "unretried"),
         (_scheduler_skips_expired_items, 18, "held"),
-        (_pending_counts_forget_counted_offsets, 1, "counted"),
+        (_pending_counts_forget_counted_offsets, 4, "counted"),
     ],
     ids=["direct-path-cancel", "network-errors", "expired-items", "pending-recount"],
 )

@@ -60,19 +60,35 @@ def test_parse_ref_refuses_what_is_not_an_s3_object(ref: str) -> None:
         parse_ref(ref)
 
 
-def test_payload_key_is_per_id_and_due() -> None:
+def test_payload_key_is_per_record() -> None:
     key = payload_key(delay_request(delay_id="order-1", due_ms=NOW_MS))
-    assert re.fullmatch(rf"payloads/[0-9a-f]{{32}}/{NOW_MS}", key)
-    assert payload_key(delay_request(delay_id="order-1", due_ms=NOW_MS + 1)) != key
+    assert re.fullmatch(r"payloads/[0-9a-f]{32}/r[0-9a-f]{32}", key)
+    # Two records reusing one id and due time never share an object.
+    assert payload_key(delay_request(delay_id="order-1", src="delay-requests-1-5")) != key
+    assert payload_key(delay_request(delay_id="order-1", due_ms=NOW_MS + 1)) == key
     assert (
         payload_key(delay_request(delay_id="order-2", due_ms=NOW_MS)).split("/")[1]
         != (key.split("/")[1])
     )
 
 
+def test_a_copy_has_a_key_of_its_own_and_owns_its_original_object(payloads: PayloadStore) -> None:
+    original = replace(OWN, payload_ref=f"s3://{payloads.bucket}/{payload_key(OWN)}")
+    copy = replace(original, due_ms=OWN.due_ms + 60_000, moved_ts_ms=NOW_MS, moved_src="t-0-9")
+    assert payload_key(copy) != payload_key(original)
+    assert payloads.owns(copy)
+
+
 def test_payload_key_of_an_awkward_id_is_a_plain_object_key() -> None:
     key = payload_key(delay_request(delay_id="../a b/ключ", due_ms=NOW_MS))
-    assert re.fullmatch(rf"payloads/[0-9a-f]{{32}}/{NOW_MS}", key)
+    assert re.fullmatch(r"payloads/[0-9a-f]{32}/r[0-9a-f]{32}", key)
+
+
+def test_an_object_written_before_versions_is_still_its_message_own(
+    payloads: PayloadStore,
+) -> None:
+    legacy = payload_key(OWN).rsplit("/", 1)[0] + f"/{OWN.due_ms}"
+    assert payloads.owns(replace(OWN, payload_ref=f"s3://{payloads.bucket}/{legacy}"))
 
 
 # --- offload and restore -----------------------------------------------------------------------
@@ -183,7 +199,8 @@ FORGED: dict[str, tuple[str | None, str]] = {  # (bucket, key); None: the store'
     "foreign-bucket": (OTHER_BUCKET, payload_key(OWN)),
     "foreign-key": (None, "rejected/t/0/1-0123456789abcdef.json"),
     "another-id": (None, payload_key(replace(OWN, delay_id="order-2"))),
-    "another-due": (None, payload_key(replace(OWN, due_ms=OWN.due_ms + 1))),
+    "another-record": (None, payload_key(replace(OWN, src="delay-requests-1-99"))),
+    "another-due": (None, payload_key(OWN).rsplit("/", 1)[0] + f"/{OWN.due_ms + 1}"),
     "own-key-and-more": (None, payload_key(OWN) + "/x"),
 }
 

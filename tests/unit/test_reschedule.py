@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from delayq.records import RescheduleRequest
-from delayq.reschedule import copy_of, latest_per_id
+from delayq.reschedule import chains, copy_of
 from testkit.clock import NOW_MS
 from tests.factories import delay_request
 
@@ -14,9 +14,16 @@ def move(delay_id: str, offset: int, ts_ms: int) -> RescheduleRequest:
     return RescheduleRequest(delay_id, NOW_MS, NOW_MS + offset, f"delay-requests-0-{offset}", ts_ms)
 
 
-def test_the_latest_record_of_each_id_wins_and_on_a_tie_the_later_offset() -> None:
+def test_the_reschedules_of_an_id_are_chained_in_their_records_order() -> None:
     first, tie, older, other = move("a", 1, 10), move("a", 2, 10), move("a", 3, 5), move("b", 4, 1)
-    assert latest_per_id([first, tie, older, other]) == [tie, other]
+    # Timestamps first, then the offset on a tie; whatever order the batch holds them in.
+    assert chains([tie, first, older, other]) == [[older, first, tie], [other]]
+
+
+def test_across_partitions_a_tie_is_broken_by_partition_then_offset() -> None:
+    late_partition = RescheduleRequest("a", NOW_MS, NOW_MS + 1, "delay-requests-10-1", 10)
+    early_partition = RescheduleRequest("a", NOW_MS, NOW_MS + 2, "delay-requests-2-7", 10)
+    assert chains([late_partition, early_partition]) == [[early_partition, late_partition]]
 
 
 def test_a_copy_keeps_record_time_payload_and_tenant_but_not_the_old_release_slot() -> None:

@@ -10,17 +10,18 @@ import pytest
 
 from delayq import buckets
 from delayq.exceptions import RetriesExhaustedError, StoreError, WatermarkConflictError
+from delayq.ordering import Marker, cancel_covers
 from delayq.records import CancelRequest, DelayRequest, RescheduleRequest
 from delayq.retry import Deadline
 from delayq.settings import Settings
 from delayq.store import (
-    Marker,
     MessageStore,
     Watermark,
-    cancel_covers,
     cancel_key,
+    id_of_sort_key,
     message_item,
     request_from_item,
+    sort_key,
 )
 from testkit.clock import NOW_MS, no_sleep_backoff
 from tests.factories import AwsResources, ClientProxy, client_error, delay_request
@@ -114,7 +115,8 @@ def test_message_item_has_the_documented_layout() -> None:
     item = message_item(request, shards=4, ttl_grace_seconds=600)
     assert item == {
         "pk": {"S": f"{DUE_S}#3"},  # crc32("order-1") % 4 == 3
-        "sk": {"S": "order-1"},
+        # The id, then a tag of the record (its coordinates' 48-bit blake2b, base64url).
+        "sk": {"S": "order-1#C3v6WVSN"},
         "kind": {"S": "msg"},
         "due_ms": {"N": str(DUE_MS)},
         "target": {"S": "orders.timeout"},
@@ -180,7 +182,7 @@ def test_query_pages_reads_one_page_of_each_partition_in_the_order_asked(
     assert [p.pk for p in pages] == [f"{DUE_S}#3", f"{DUE_S + 1}#0", f"{DUE_S}#0"]
     assert [len(p.messages) for p in pages] == [2, 0, 2]
     assert pages[1].last_key is None
-    assert pages[0].last_key == max(r.delay_id for r in pages[0].messages)
+    assert pages[0].last_key == max(sort_key(r) for r in pages[0].messages)
     assert {kw["Limit"] for _, kw in proxy.calls} == {2}
 
 
@@ -189,10 +191,10 @@ def test_query_pages_reads_on_after_the_key_given(store: MessageStore) -> None:
     pk = f"{DUE_S}#0"
     whole = store.query_pages([(pk, None)], 100, NOW_MS, deadline())[0]
     assert whole.last_key is None
-    ids = [r.delay_id for r in whole.messages]
-    assert ids == sorted(ids)
-    rest = store.query_pages([(pk, ids[1])], 100, NOW_MS, deadline())[0]
-    assert [r.delay_id for r in rest.messages] == ids[2:]
+    keys = [sort_key(r) for r in whole.messages]
+    assert keys == sorted(keys)
+    rest = store.query_pages([(pk, keys[1])], 100, NOW_MS, deadline())[0]
+    assert [sort_key(r) for r in rest.messages] == keys[2:]
 
 
 def test_query_pages_of_nothing_asks_nothing(aws: AwsResources) -> None:
@@ -210,7 +212,8 @@ def test_an_expired_item_that_ttl_has_not_deleted_is_still_read(aws: AwsResource
     aws.dynamodb.put_item(TableName=aws.settings.table_name, Item=expired)
     pk = buckets.bucket_key(NOW_MS // 1000, 0)
     first = store.query_pages([(pk, None)], 1, NOW_MS, deadline())[0]
-    assert ([r.delay_id for r in first.messages], first.last_key) == (["a-expired"], "a-expired")
+    assert [r.delay_id for r in first.messages] == ["a-expired"]
+    assert first.last_key == sort_key(first.messages[0])
     second = store.query_pages([(pk, first.last_key)], 1, NOW_MS, deadline())[0]
     assert [r.delay_id for r in second.messages] == ["b-live"]
 
@@ -328,7 +331,7 @@ def test_items_never_processed_raise_with_the_unsent_items(aws: AwsResources) ->
         store.put_messages(requests(2), NOW_MS, deadline())
     assert len(proxy.calls) == 3
     unsent = cast("list[dict[str, Any]]", caught.value.unsent)
-    assert sorted(i["sk"]["S"] for i in unsent) == ["order-0", "order-1"]
+    assert sorted(id_of_sort_key(i) for i in unsent) == ["order-0", "order-1"]
 
 
 def test_a_throttled_batch_is_written_again(aws: AwsResources) -> None:
@@ -418,6 +421,10 @@ def test_cancel_marker_has_the_documented_layout(store: MessageStore, aws: AwsRe
             "pk": {"S": "cancel#3"},  # crc32("order-1") % 4 == 3
             "sk": {"S": "order-1"},
             "kind": {"S": "cancel"},
+            # Sorts as the record order: timestamp, topic, partition + 1, offset + 1.
+            "cancel_order": {
+                "S": f"{NOW_MS + 7:016d}|delay-requests|0000000001|00000000000000000008"
+            },
             "cancel_ts": {"N": str(NOW_MS + 7)},
             "cancel_src": {"S": "delay-requests-0-7"},
             "cancelled_ms": {"N": str(NOW_MS)},
@@ -815,15 +822,48 @@ def test_a_reschedule_is_not_written_after_its_deadline(store: MessageStore) -> 
     assert store.markers(["r-1"], deadline()) == {}
 
 
-def test_messages_at_finds_stored_messages_by_id_and_time(store: MessageStore) -> None:
+def test_versions_at_finds_stored_messages_by_id_and_time(store: MessageStore) -> None:
     stored = delay_request(delay_id="r-1", due_ms=DUE_MS)
-    store.put_messages([stored], NOW_MS, deadline())
-    found = store.messages_at(
-        [("r-1", DUE_MS), ("r-1", DUE_MS + 999 - DUE_MS % 1000), ("r-1", DUE_MS + 5000)],
-        deadline(),
+    other_id = delay_request(delay_id="r-10", due_ms=DUE_MS, src="delay-requests-0-9")
+    store.put_messages([stored, other_id], NOW_MS, deadline())
+    within = DUE_MS + 999 - DUE_MS % 1000
+    found = store.versions_at(
+        [("r-1", DUE_MS), ("r-1", within), ("r-1", DUE_MS + 5000)], deadline()
     )
-    # Any time within the stored second finds it: the key is the second.
-    assert found == {("r-1", DUE_MS): stored, ("r-1", DUE_MS + 999 - DUE_MS % 1000): stored}
+    # Any time within the stored second finds it (the key is the second); "r-10" shares the
+    # prefix "r-1" and is not a version of it.
+    assert found == {
+        ("r-1", DUE_MS): [stored],
+        ("r-1", within): [stored],
+        ("r-1", DUE_MS + 5000): [],
+    }
+
+
+def test_two_records_of_one_id_in_one_second_are_two_items(store: MessageStore) -> None:
+    older = delay_request(delay_id="r-1", due_ms=DUE_MS, src="delay-requests-0-5", value=b"old")
+    newer = delay_request(delay_id="r-1", due_ms=DUE_MS, src="delay-requests-1-2", value=b"new")
+    # Newer first: ingest order must not decide which one the table keeps.
+    store.put_messages([newer], NOW_MS, deadline())
+    store.put_messages([older], NOW_MS, deadline())
+    found = store.versions_at([("r-1", DUE_MS)], deadline())[("r-1", DUE_MS)]
+    assert sorted(r.value or b"" for r in found) == [b"new", b"old"]
+
+
+def test_the_same_record_stored_twice_is_one_item(store: MessageStore) -> None:
+    request = delay_request(delay_id="r-1", due_ms=DUE_MS, src="delay-requests-0-5")
+    store.put_messages([request], NOW_MS, deadline())
+    store.put_messages([request, request], NOW_MS, deadline())
+    assert store.versions_at([("r-1", DUE_MS)], deadline())[("r-1", DUE_MS)] == [request]
+
+
+def test_a_copy_and_a_new_message_reusing_the_id_in_its_second_are_two_items(
+    store: MessageStore,
+) -> None:
+    copy = moved(message("r-1", 10), reschedule_of("r-1", 20))
+    reuse = replace(message("r-1", 30), due_ms=copy.due_ms, src="delay-requests-1-30")
+    store.put_messages([copy, reuse], NOW_MS, deadline())
+    found = store.versions_at([("r-1", copy.due_ms)], deadline())[("r-1", copy.due_ms)]
+    assert sorted(found, key=lambda r: r.src) == sorted([copy, reuse], key=lambda r: r.src)
 
 
 def test_a_moved_copy_round_trips_through_its_item() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "ATTR_CANCEL_ORDER",
     "ATTR_CANCEL_SRC",
     "ATTR_CANCEL_TS",
     "ATTR_KEY",
@@ -19,6 +20,7 @@ __all__ = [
     "ATTR_PRIORITY",
     "ATTR_RELEASE_MS",
     "ATTR_RESCHEDULE_DUE_MS",
+    "ATTR_RESCHEDULE_ORDER",
     "ATTR_RESCHEDULE_SRC",
     "ATTR_RESCHEDULE_TS",
     "ATTR_SK",
@@ -306,7 +308,7 @@ BUNDLE_MAX_OFFLOADED_BYTES: Final = 8 * 1024 * 1024
 EMIT_RESERVE_SECONDS: Final = 2.0
 # Longest back-off before a message whose delivery failed is received again (seconds).
 EMIT_RETRY_MAX_SECONDS: Final = 60
-# The scheduler's progress item holds one sort key (<= MAX_ID_BYTES) per unfinished shard and
+# The scheduler's progress item holds one sort key (<= 1,024 bytes) per unfinished shard and
 # must stay under DynamoDB's 400 KB item limit: 256 shards of 1 KB ids is about 270 KB.
 MAX_SHARDS: Final = 256
 # TTL may delete an item from its expiry time on, as DynamoDB's clock tells it: a due-second
@@ -321,7 +323,8 @@ LATE_RANGE_KEEP_SECONDS: Final = 30 * 24 * 3600
 # (which only widens what the cleanup function re-drives).
 MAX_LATE_RANGES: Final = 64
 MAX_ID_LENGTH: Final = 512
-MAX_ID_BYTES: Final = 1024
+# DynamoDB's sort key holds at most 1,024 bytes; a stored message's adds a 9-byte version tag.
+MAX_ID_BYTES: Final = 1000
 # Key and headers stay inline even when the value is offloaded, so they get their own cap.
 MAX_INLINE_KEY_AND_HEADERS_BYTES: Final = 64 * 1024
 
@@ -375,12 +378,15 @@ ATTR_RELEASE_MS: Final = "release_ms"
 # A cancel marker: the latest cancel's record timestamp and coordinates.
 ATTR_CANCEL_TS: Final = "cancel_ts"
 ATTR_CANCEL_SRC: Final = "cancel_src"
+# The record order of the marker's cancel / reschedule (``delayq.ordering.order_token``).
+ATTR_CANCEL_ORDER: Final = "cancel_order"
 CANCEL_PK_PREFIX: Final = "cancel#"
 # The same marker item holds the latest reschedule of the id (its record's timestamp and
 # coordinates, and the due time it moved the message to, for operators).
 ATTR_RESCHEDULE_TS: Final = "moved_ts"
 ATTR_RESCHEDULE_SRC: Final = "moved_src"
 ATTR_RESCHEDULE_DUE_MS: Final = "moved_due_ms"
+ATTR_RESCHEDULE_ORDER: Final = "moved_order"
 # A copy made by a reschedule: the reschedule record it belongs to.
 ATTR_MOVED_BY_TS: Final = "mts"
 ATTR_MOVED_BY_SRC: Final = "msrc"

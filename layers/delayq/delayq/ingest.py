@@ -24,7 +24,7 @@ from delayq import constants as c
 from delayq.clock import Clock, Sleep
 from delayq.direct import DirectServices, deliver_direct, is_direct
 from delayq.exceptions import WatermarkConflictError
-from delayq.payloads import PayloadStore
+from delayq.payloads import PayloadStore, written_no_earlier_ms
 from delayq.pending import PendingCounts, PendingTally
 from delayq.producing import Delivery
 from delayq.queues import DelayQueue, RejectQueue
@@ -176,7 +176,13 @@ def ingest_batch(
         rejections.extend(_rejections_of(event, moved.refused))
         if tally is not None:
             tally.moved_away(moved.originals, (r.moved_src for r in moved.copies))
-        direct_copies, copies = _split_direct(moved.copies, settings, services, clock)
+        renewed = [
+            services.payloads.renew(copy, deadline)
+            if _outlives_payload(base, copy, settings)
+            else copy
+            for base, copy in zip(moved.originals, moved.copies, strict=True)
+        ]
+        direct_copies, copies = _split_direct(renewed, settings, services, clock)
         direct.extend(direct_copies)
         keep(copies, deadline=deadline)
     if direct and services.direct is not None:
@@ -200,6 +206,15 @@ def ingest_batch(
     if rejections:
         services.rejects.send(rejections, clock(), deadline)
     return result
+
+
+def _outlives_payload(base: DelayRequest, copy: DelayRequest, settings: Settings) -> bool:
+    """Whether a reschedule's copy is released later than the object it shares with ``base``
+    is sure to live: the bucket keeps payloads the maximum delay (plus the dead-letter and
+    redrive margins the copy needs after its release) from when they were written."""
+    return bool(copy.payload_ref) and (
+        copy.release_at_ms > written_no_earlier_ms(base) + settings.max_delay_seconds * 1000
+    )
 
 
 def _split_direct(

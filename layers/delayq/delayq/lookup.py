@@ -22,9 +22,10 @@ from typing import Any, Final
 
 from delayq import buckets
 from delayq.clock import iso_ms
+from delayq.ordering import Marker, version_order
 from delayq.records import DelayRequest
 from delayq.retry import Deadline
-from delayq.store import Marker, MessageStore
+from delayq.store import MessageStore
 
 __all__ = [
     "UNKNOWABLE",
@@ -126,7 +127,9 @@ def locate(
     stored = None
     scheduled = None
     if due_ms is not None:
-        stored = store.messages_at([(delay_id, due_ms)], deadline).get((delay_id, due_ms))
+        versions = store.versions_at([(delay_id, due_ms)], deadline)[(delay_id, due_ms)]
+        # The latest written: the one a reschedule of the id would move.
+        stored = max(versions, key=version_order, default=None)
         if stored is not None:
             watermark = store.read_watermark(deadline)
             second = buckets.due_second(due_ms)

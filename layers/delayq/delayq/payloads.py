@@ -33,6 +33,7 @@ __all__ = [
     "PayloadStore",
     "parse_ref",
     "payload_key",
+    "written_no_earlier_ms",
 ]
 
 PAYLOAD_PREFIX = "payloads/"
@@ -48,8 +49,26 @@ def parse_ref(ref: str) -> tuple[str, str]:
 
 
 def payload_key(request: DelayRequest) -> str:
-    """One object per (id, due): a re-sent id with another due time does not overwrite."""
-    return f"{_id_prefix(request.delay_id)}{request.due_ms}"
+    """The object of one version of a message: one per record (the message's own, or the
+    reschedule that made a copy), so that no record's value ever overwrites another's."""
+    return _version_key(request.delay_id, request.moved_src or request.src)
+
+
+def written_no_earlier_ms(version: DelayRequest) -> int:
+    """A time before which the object ``version`` points at was not written: the record that
+    wrote it (the reschedule whose copy has its own object, else the message's record)."""
+    if (
+        version.moved_src
+        and version.payload_ref
+        and version.payload_ref.endswith(payload_key(version))
+    ):
+        return version.moved_ts_ms
+    return version.ts_ms
+
+
+def _version_key(delay_id: str, version_src: str) -> str:
+    digest = hashlib.blake2b(version_src.encode(), digest_size=16).hexdigest()
+    return f"{_id_prefix(delay_id)}r{digest}"
 
 
 def _id_prefix(delay_id: str) -> str:
@@ -89,6 +108,21 @@ class PayloadStore:
             offloaded_bytes=len(request.value or b""),
         )
 
+    def renew(self, copy: DelayRequest, deadline: Deadline) -> DelayRequest:
+        """Give a rescheduled copy an object of its own (a server-side CopyObject of the one
+        it points at), whose lifecycle clock starts now."""
+        key = payload_key(copy)
+        source = self._own_key(copy)
+        if key != source:
+            self._call(
+                "copy payload",
+                lambda: self._client.copy_object(
+                    Bucket=self.bucket, Key=key, CopySource={"Bucket": self.bucket, "Key": source}
+                ),
+                deadline,
+            )
+        return dataclasses.replace(copy, payload_ref=f"s3://{self.bucket}/{key}")
+
     def restore(self, request: DelayRequest, deadline: Deadline) -> DelayRequest:
         """Fetch the value a pointer refers to; requests without a pointer pass through.
         Raises :class:`PayloadMissingError` when the object is not there (no retry can help)
@@ -113,9 +147,11 @@ class PayloadStore:
         return self._pool.submit(self.restore, request, deadline)
 
     def owns(self, request: DelayRequest) -> bool:
-        """True when the request's pointer is the one it must have: its own key in this
-        bucket (for a rescheduled copy: a key of its id). A body forged onto the delay queue
-        must not read or delete other objects."""
+        """True when the request's pointer is one it may have: in this bucket, the object of
+        its own record, of the reschedule that made it (a copy), or of an earlier version of
+        its id (a copy sharing its original's object; objects written before versions were
+        keyed by id and due time). A body forged onto the delay queue must not read other
+        objects."""
         if not request.payload_ref:
             return False
         try:
@@ -124,11 +160,13 @@ class PayloadStore:
             return False
         if bucket != self.bucket:
             return False
-        if not request.moved_src:
-            return key == payload_key(request)
-        # A rescheduled copy points at the object written for its original due time.
+        if key in {payload_key(request), _version_key(request.delay_id, request.src)}:
+            return True
         prefix = _id_prefix(request.delay_id)
-        return key.startswith(prefix) and key[len(prefix) :].isdigit()
+        rest = key[len(prefix) :] if key.startswith(prefix) else ""
+        if request.moved_src:
+            return _is_version_name(rest) or rest.isdigit()
+        return rest == str(request.due_ms)
 
     def _own_key(self, request: DelayRequest) -> str:
         if not self.owns(request):
@@ -156,6 +194,10 @@ class PayloadStore:
             return retry_call(operation, call, self._backoff, deadline)
         except AWS_ERRORS as e:
             raise PayloadStoreError(f"{operation}: {e}") from e
+
+
+def _is_version_name(name: str) -> bool:
+    return len(name) == 33 and name[0] == "r" and all(ch in "0123456789abcdef" for ch in name[1:])
 
 
 def _missing(error: BaseException | None) -> bool:

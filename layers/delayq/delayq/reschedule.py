@@ -21,20 +21,22 @@ goes at its old time, once. See ``docs/internals.md``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from delayq import constants as c
+from delayq.buckets import due_second
 from delayq.clock import Clock
+from delayq.ordering import Marker, cancel_covers, record_order, version_order
 from delayq.records import DelayRequest, Reason, RejectedRecord, RescheduleRequest
 from delayq.retry import Deadline
 from delayq.settings import Settings
-from delayq.store import Marker, MessageStore, cancel_covers
+from delayq.store import MessageStore
 
 __all__ = [
     "RescheduleOutcome",
+    "chains",
     "copy_of",
-    "latest_per_id",
     "reschedule",
 ]
 
@@ -53,15 +55,13 @@ class RescheduleOutcome:
     repeated: int = 0
 
 
-def latest_per_id(reschedules: Sequence[RescheduleRequest]) -> list[RescheduleRequest]:
-    """The last-written reschedule of each id (ties: the later one in the batch, which is
-    the later offset on one partition)."""
-    latest: dict[str, RescheduleRequest] = {}
+def chains(reschedules: Sequence[RescheduleRequest]) -> list[list[RescheduleRequest]]:
+    """The reschedules of each id in the records' own order (``ordering.record_order``),
+    whatever order the batch holds them in."""
+    per_id: dict[str, list[RescheduleRequest]] = {}
     for r in reschedules:
-        kept = latest.get(r.delay_id)
-        if kept is None or r.ts_ms >= kept.ts_ms:
-            latest[r.delay_id] = r
-    return list(latest.values())
+        per_id.setdefault(r.delay_id, []).append(r)
+    return [sorted(chain, key=_order) for chain in per_id.values()]
 
 
 def reschedule(
@@ -74,41 +74,83 @@ def reschedule(
 ) -> RescheduleOutcome:
     """Apply a batch's reschedules; the caller keeps ``copies`` and rejects ``refused``.
 
-    Raises when the store cannot be read or a marker not written in time (the batch is then
-    redelivered: a reschedule whose marker was written is completed, whatever the time).
+    The reschedules of one id are applied in their records' order, each to the version the
+    ones before it left (T0->T1 then T1->T2 in one batch ends at T2); only the last one
+    applied is recorded. Raises when the store cannot be read or a marker not written in time
+    (the batch is then redelivered: a reschedule whose marker was written is completed,
+    whatever the time).
     """
     outcome = RescheduleOutcome()
-    latest = latest_per_id(reschedules)
-    outcome.superseded = len(reschedules) - len(latest)
-    wanted = [(r.delay_id, at) for r in latest for at in (r.was_due_ms, r.due_ms)]
-    stored = store.messages_at(wanted, deadline)
-    markers = store.markers([r.delay_id for r in latest], deadline)
+    per_id = chains(reschedules)
+    wanted = [
+        (r.delay_id, at) for chain in per_id for r in chain for at in (r.was_due_ms, r.due_ms)
+    ]
+    stored = store.versions_at(wanted, deadline)
+    markers = store.markers([chain[0].delay_id for chain in per_id], deadline)
     now_ms = clock()
-    to_record: list[tuple[RescheduleRequest, DelayRequest, Deadline]] = []
-    for r in latest:
-        marker = markers.get(r.delay_id, Marker())
-        if marker.superseded(r):
-            outcome.superseded += 1
+    to_record: list[tuple[RescheduleRequest, DelayRequest, DelayRequest, Deadline]] = []
+    for chain in per_id:
+        marker = markers.get(chain[0].delay_id, Marker())
+        applied = _resolve(
+            chain, stored=stored, marker=marker, settings=settings, now_ms=now_ms, outcome=outcome
+        )
+        if applied is None:
             continue
-        done = stored.get((r.delay_id, r.due_ms))
-        if done is not None and (done.moved_ts_ms, done.moved_src) == (r.ts_ms, r.src):
+        r, base, copy = applied
+        if any(
+            v.moved_src and version_order(v) == _order(r) for v in stored[(r.delay_id, r.due_ms)]
+        ):
             outcome.repeated += 1
             continue
-        message = _movable(r, stored.get((r.delay_id, r.was_due_ms)), marker, settings, now_ms)
-        if isinstance(message, RejectedRecord):
-            outcome.refused[r.src] = message
-            continue
-        cutoff = _cutoff_ms(message, settings)
+        cutoff = _cutoff_ms(base, settings)
         recording = deadline if marker.rescheduled_by(r) else _until(deadline, clock, cutoff)
-        to_record.append((r, message, recording))
-    recorded = store.put_reschedules([(r, d) for r, _, d in to_record], clock())
-    for (r, message, _), applied in zip(to_record, recorded, strict=True):
-        if applied:
-            outcome.copies.append(copy_of(message, r))
-            outcome.originals.append(message)
+        to_record.append((r, base, copy, recording))
+    recorded = store.put_reschedules([(r, d) for r, _, _, d in to_record], clock())
+    for (_, base, copy, _), applied_now in zip(to_record, recorded, strict=True):
+        if applied_now:
+            outcome.copies.append(copy)
+            outcome.originals.append(base)
         else:
             outcome.superseded += 1
     return outcome
+
+
+def _resolve(
+    chain: list[RescheduleRequest],
+    *,
+    stored: Mapping[tuple[str, int], list[DelayRequest]],
+    marker: Marker,
+    settings: Settings,
+    now_ms: int,
+    outcome: RescheduleOutcome,
+) -> tuple[RescheduleRequest, DelayRequest, DelayRequest] | None:
+    """Apply one id's chain in memory: ``(the last reschedule applied, the stored version it
+    moves away from, its copy)``, or None when none applies. Refusals and steps a later
+    reschedule overrides are counted in ``outcome``."""
+    mine = {_order(r) for r in chain}
+    if marker.moved is not None and record_order(*marker.moved) not in mine:
+        live = [r for r in chain if not marker.superseded(r)]
+        outcome.superseded += len(chain) - len(live)
+    else:
+        live = chain
+    made: list[tuple[DelayRequest, DelayRequest]] = []  # (stored base, in-memory copy)
+    last: tuple[RescheduleRequest, DelayRequest, DelayRequest] | None = None
+    for r in live:
+        candidates = [*stored[(r.delay_id, r.was_due_ms)]]
+        candidates += [
+            copy for _, copy in made if due_second(copy.release_at_ms) == due_second(r.was_due_ms)
+        ]
+        message = _movable(r, candidates, marker, settings, now_ms)
+        if isinstance(message, RejectedRecord):
+            outcome.refused[r.src] = message
+            continue
+        base = next((b for b, made_copy in made if made_copy is message), message)
+        copy = copy_of(message, r)
+        made.append((base, copy))
+        if last is not None:
+            outcome.superseded += 1
+        last = (r, base, copy)
+    return last
 
 
 def copy_of(message: DelayRequest, reschedule: RescheduleRequest) -> DelayRequest:
@@ -126,13 +168,15 @@ def copy_of(message: DelayRequest, reschedule: RescheduleRequest) -> DelayReques
 
 def _movable(
     r: RescheduleRequest,
-    message: DelayRequest | None,
+    candidates: Sequence[DelayRequest],
     marker: Marker,
     settings: Settings,
     now_ms: int,
 ) -> DelayRequest | RejectedRecord:
-    """The stored ``message`` when ``r`` can move it, else why not."""
-    if message is None or not cancel_covers(r.ts_ms, r.src, message):
+    """The version ``r`` moves (the latest written before it among ``candidates``: the
+    versions of its id at its old time), else why not."""
+    before = [v for v in candidates if _version_before(v, r)]
+    if not before:
         # A message sent after the reschedule (reusing the id) is a new message.
         return RejectedRecord(
             Reason.RESCHEDULE_NOT_FOUND,
@@ -140,6 +184,7 @@ def _movable(
             f"{r.was_due_ms} (delay-was-due): it was delivered, never sent, or due within the "
             "horizon when it was sent (it waits in the delay queue, where it cannot be moved)",
         )
+    message = max(before, key=version_order)
     if marker.cancel is not None and cancel_covers(*marker.cancel, message):
         return RejectedRecord(
             Reason.RESCHEDULE_CANCELLED,
@@ -153,6 +198,17 @@ def _movable(
             f"must be recorded by {cutoff}, it came at {now_ms}: it is delivered at its old time",
         )
     return message
+
+
+def _order(r: RescheduleRequest) -> tuple[int, str, int, int]:
+    return record_order(r.ts_ms, r.src)
+
+
+def _version_before(v: DelayRequest, r: RescheduleRequest) -> bool:
+    """Whether version ``v`` was written before reschedule ``r``."""
+    if v.moved_src:
+        return version_order(v) < _order(r)
+    return cancel_covers(r.ts_ms, r.src, v)
 
 
 def _cutoff_ms(message: DelayRequest, settings: Settings) -> int:

@@ -6,6 +6,7 @@ One table, low-level client (typed attribute values), every batch call retried i
 from __future__ import annotations
 
 import base64
+import hashlib
 import uuid
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -20,6 +21,7 @@ from delayq import buckets
 from delayq import constants as c
 from delayq.envelope import headers_from_json, headers_json
 from delayq.exceptions import StoreError, WatermarkConflictError
+from delayq.ordering import Marker, order_token, record_order
 from delayq.records import CancelRequest, DelayRequest, RescheduleRequest
 from delayq.retry import AWS_ERRORS, Backoff, Deadline, is_retryable, retry_call, retry_partial
 
@@ -30,17 +32,17 @@ if TYPE_CHECKING:
 __all__ = [
     "Item",
     "LateRanges",
-    "Marker",
     "MessageStore",
     "Page",
     "Watermark",
-    "cancel_covers",
     "cancel_key",
     "condition_failed",
+    "id_of_sort_key",
     "message_item",
     "message_key",
     "query_pool",
     "request_from_item",
+    "sort_key",
 ]
 
 Item = dict[str, Any]
@@ -112,7 +114,7 @@ def message_item(request: DelayRequest, shards: int, ttl_grace_seconds: int) -> 
     """
     # A message a release cap deferred waits in the bucket of its release time.
     release_at_ms = request.release_at_ms
-    item = message_key(request.delay_id, release_at_ms, shards)
+    item = message_key(request, shards)
     item["kind"] = {"S": c.KIND_MESSAGE}
     item["due_ms"] = {"N": str(request.due_ms)}
     item["target"] = {"S": request.target}
@@ -146,19 +148,60 @@ def message_item(request: DelayRequest, shards: int, ttl_grace_seconds: int) -> 
     return item
 
 
-def message_key(delay_id: str, at_ms: int, shards: int) -> Item:
-    """The key of the message ``delay_id`` stored for ``at_ms`` (its release time)."""
-    second = buckets.due_second(at_ms)
+def message_key(request: DelayRequest, shards: int) -> Item:
+    """The key of the stored ``request``: its release second and shard, then its id and
+    version (:func:`sort_key`), so that no two records' messages share an item."""
+    second = buckets.due_second(request.release_at_ms)
     return {
-        c.ATTR_PK: {"S": buckets.bucket_key(second, buckets.shard_of(delay_id, shards))},
-        c.ATTR_SK: {"S": delay_id},
+        c.ATTR_PK: {"S": buckets.bucket_key(second, buckets.shard_of(request.delay_id, shards))},
+        c.ATTR_SK: {"S": sort_key(request)},
     }
+
+
+def sort_key(request: DelayRequest) -> str:
+    """``<id>#<version tag>``: the tag names the record this version comes from (the
+    reschedule that made a copy, else the message's own record). A message whose id is its
+    own coordinates (the default id) is just ``<id>``."""
+    version = request.moved_src or request.src
+    if version == request.delay_id:
+        return request.delay_id
+    return f"{request.delay_id}{_VERSION_SEPARATOR}{_version_tag(version)}"
+
+
+_VERSION_SEPARATOR: Final = "#"
+
+
+def _version_tag(version_src: str) -> str:
+    # 48 bits: two records of one id in one second and shard never share a tag in practice,
+    # and a 1 KB message stays one write unit.
+    digest = hashlib.blake2b(version_src.encode(), digest_size=6).digest()
+    return base64.urlsafe_b64encode(digest).decode()
+
+
+def _delay_id_of(item: Item, src: str | None, moved_src: str) -> str:
+    """The id in a stored item's sort key (items written before versions have the id alone)."""
+    sk: str = item[c.ATTR_SK]["S"]
+    version = moved_src or src
+    if version is not None:
+        suffix = f"{_VERSION_SEPARATOR}{_version_tag(version)}"
+        if sk.endswith(suffix):
+            return sk[: -len(suffix)]
+    return sk
+
+
+def id_of_sort_key(item: Item) -> str:
+    """The delay id of a stored message item (or stream image)."""
+    return _delay_id_of(
+        item,
+        item["src"]["S"] if "src" in item else None,
+        item.get(c.ATTR_MOVED_BY_SRC, {}).get("S", ""),
+    )
 
 
 def request_from_item(item: Item) -> DelayRequest:
     """Inverse of :func:`message_item`, for items of every version (earlier items have
     ``src``, ``headers`` and plain ``key`` / ``value`` always) and for stream images."""
-    delay_id = item[c.ATTR_SK]["S"]
+    delay_id = id_of_sort_key(item)
     return DelayRequest(
         delay_id=delay_id,
         target=item["target"]["S"],
@@ -239,75 +282,6 @@ def cancel_key(delay_id: str, shards: int) -> Item:
     }
 
 
-def _position(src: str) -> tuple[str, int] | None:
-    """``(topic-partition, offset)`` of a ``topic-partition-offset`` source, else None."""
-    head, _, offset = src.rpartition("-")
-    return (head, int(offset)) if head and offset.isdigit() else None
-
-
-def cancel_covers(cancel_ts: int, cancel_src: str, request: DelayRequest) -> bool:
-    """Whether a cancel (its record's timestamp and coordinates) applies to ``request``: the
-    message's record was written before the cancel's. Timestamps decide; on the same
-    millisecond, offsets on the same partition decide, and across partitions the cancel wins.
-    A message of unknown time (``ts_ms`` 0: queued before times travelled) is covered."""
-    return _written_before(request.ts_ms, request.src, cancel_ts, cancel_src)
-
-
-def _written_before(ts: int, src: str, control_ts: int, control_src: str) -> bool:
-    """Whether the record ``(ts, src)`` was written before the control record: the order
-    :func:`cancel_covers` states."""
-    if ts != control_ts:
-        return ts < control_ts
-    mine, theirs = _position(src), _position(control_src)
-    if mine is None or theirs is None or mine[0] != theirs[0]:
-        return True
-    return mine[1] < theirs[1]
-
-
-@dataclass(frozen=True)
-class Marker:
-    """The control item of one id: its latest cancel and its latest reschedule, each as its
-    record's ``(timestamp, coordinates)`` (None: none recorded), and where that reschedule
-    moved the message to (``moved_due_ms``, for operators).
-
-    A message is dropped when either applies to it (:meth:`applies`):
-
-    - the cancel, when the message's record was written before it (:func:`cancel_covers`);
-      a copy made by a reschedule keeps its original's record time, so a cancel of the
-      original cancels the copy, whichever of the two ingest processes first;
-    - the reschedule, when the message (or the reschedule that made this copy of it) was
-      written before it: every earlier version is superseded; the copy this reschedule
-      made is not, nor is a later message that reuses the id.
-    """
-
-    cancel: tuple[int, str] | None = None
-    moved: tuple[int, str] | None = None
-    moved_due_ms: int | None = None
-
-    def applies(self, request: DelayRequest) -> bool:
-        """Whether ``request`` must not be delivered."""
-        if self.cancel is not None and cancel_covers(*self.cancel, request):
-            return True
-        if self.moved is None:
-            return False
-        version = (
-            (request.moved_ts_ms, request.moved_src)
-            if request.moved_src
-            else (request.ts_ms, request.src)
-        )
-        return _written_before(*version, *self.moved)
-
-    def rescheduled_by(self, reschedule: RescheduleRequest) -> bool:
-        """Whether ``reschedule`` is the one recorded here."""
-        return self.moved == (reschedule.ts_ms, reschedule.src)
-
-    def superseded(self, reschedule: RescheduleRequest) -> bool:
-        """Whether a reschedule written after ``reschedule`` is recorded here."""
-        return self.moved is not None and _written_before(
-            reschedule.ts_ms, reschedule.src, *self.moved
-        )
-
-
 def _raise_first(futures: Sequence[Future[Any]]) -> None:
     """Wait for every future; raise the first error, if any, once all are done."""
     errors = [f.exception() for f in futures]
@@ -380,7 +354,7 @@ class MessageStore:
     ) -> None:
         """Record cancels: one marker per id holding the latest cancel (its record's
         timestamp and coordinates), so that it applies to the messages written before it and
-        not to a later message that reuses the id (:func:`cancel_covers`).
+        not to a later message that reuses the id (``delayq.ordering.cancel_covers``).
 
         A marker outlives every message it can cancel: the longest delay, the TTL grace, and
         the longest a message may then wait in a dead-letter queue before a redrive.
@@ -391,7 +365,9 @@ class MessageStore:
         latest: dict[str, CancelRequest] = {}
         for cancel in cancels:
             kept = latest.get(cancel.delay_id)
-            if kept is None or cancel.ts_ms >= kept.ts_ms:
+            if kept is None or record_order(cancel.ts_ms, cancel.src) > record_order(
+                kept.ts_ms, kept.src
+            ):
                 latest[cancel.delay_id] = cancel
         expires = self._marker_expires(now_ms)
         futures = [
@@ -432,6 +408,7 @@ class MessageStore:
             "store reschedule marker",
             reschedule.delay_id,
             {
+                c.ATTR_RESCHEDULE_ORDER: {"S": order_token(reschedule.ts_ms, reschedule.src)},
                 c.ATTR_RESCHEDULE_TS: {"N": str(reschedule.ts_ms)},
                 c.ATTR_RESCHEDULE_SRC: {"S": reschedule.src},
                 c.ATTR_RESCHEDULE_DUE_MS: {"N": str(reschedule.due_ms)},
@@ -449,6 +426,7 @@ class MessageStore:
             "store cancel marker",
             cancel.delay_id,
             {
+                c.ATTR_CANCEL_ORDER: {"S": order_token(cancel.ts_ms, cancel.src)},
                 c.ATTR_CANCEL_TS: {"N": str(cancel.ts_ms)},
                 c.ATTR_CANCEL_SRC: {"S": cancel.src},
                 "cancelled_ms": {"N": str(now_ms)},
@@ -465,9 +443,10 @@ class MessageStore:
         expires: int,
         deadline: Deadline,
     ) -> bool:
-        """Set ``values`` (attribute -> typed value; the first is the record timestamp that
-        orders them) on the marker of ``delay_id``, unless it holds a later one already:
-        False then. One conditional UpdateItem."""
+        """Set ``values`` (attribute -> typed value; the first is the record's order token,
+        the second its timestamp) on the marker of ``delay_id``, unless it holds a later
+        record already: False then. One conditional UpdateItem. Markers written before order
+        tokens are compared by timestamp."""
         names = {f"#a{i}": name for i, name in enumerate(values)}
         attribute_values: Item = {f":a{i}": v for i, v in enumerate(values.values())}
         assignments = ", ".join(f"#a{i} = :a{i}" for i in range(len(values)))
@@ -478,7 +457,10 @@ class MessageStore:
                     TableName=self._table,
                     Key=cancel_key(delay_id, self._shards),
                     UpdateExpression=f"SET kind = :kind, #ttl = :expires, {assignments}",
-                    ConditionExpression="attribute_not_exists(#a0) OR #a0 <= :a0",
+                    ConditionExpression=(
+                        "(attribute_not_exists(#a0) AND (attribute_not_exists(#a1) OR #a1 <= :a1))"
+                        " OR #a0 <= :a0"
+                    ),
                     ExpressionAttributeNames={**names, "#ttl": c.ATTR_TTL},
                     ExpressionAttributeValues={
                         **attribute_values,
@@ -606,25 +588,41 @@ class MessageStore:
         markers = self.markers([r.delay_id for r in requests], deadline)
         return [r.delay_id in markers and markers[r.delay_id].applies(r) for r in requests]
 
-    def messages_at(
+    def versions_at(
         self, wanted: Sequence[tuple[str, int]], deadline: Deadline
-    ) -> dict[tuple[str, int], DelayRequest]:
-        """The stored messages ``(id, release time)`` that exist, strongly consistent (what a
-        reschedule moves; a message that was never stored, because it was due within the
-        horizon when ingested, is not found)."""
+    ) -> dict[tuple[str, int], list[DelayRequest]]:
+        """Every stored version of each ``(id, release time)``: the messages with that id
+        stored in that release second, strongly consistent, one Query per pair in parallel
+        (what a reschedule moves and a lookup shows; a message that was due within the
+        horizon when ingested was never stored). Pairs with none map to an empty list."""
+        unique = sorted(set(wanted))
+        found = self._pool.map(lambda w: self._versions(w[0], w[1], deadline), unique)
+        return dict(zip(unique, found, strict=True))
 
-        def pair(key: Item) -> tuple[str, str]:
-            return key[c.ATTR_PK]["S"], key[c.ATTR_SK]["S"]
-
-        keys = {w: message_key(w[0], w[1], self._shards) for w in wanted}
-        unique = {pair(k): k for k in keys.values()}
-        items = self._batch_get("read messages to reschedule", list(unique.values()), deadline)
-        found = {
-            pair(i): request_from_item(i)
-            for i in items
-            if i.get("kind", {}).get("S") == c.KIND_MESSAGE
+    def _versions(self, delay_id: str, at_ms: int, deadline: Deadline) -> list[DelayRequest]:
+        second = buckets.due_second(at_ms)
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :id)",
+            "ExpressionAttributeValues": {
+                ":pk": {"S": buckets.bucket_key(second, buckets.shard_of(delay_id, self._shards))},
+                ":id": {"S": delay_id},
+            },
+            "ConsistentRead": True,
         }
-        return {w: found[pair(k)] for w, k in keys.items() if pair(k) in found}
+        versions: list[DelayRequest] = []
+        while True:
+            page = self._call(
+                "read versions of an id", partial(self._client.query, **kwargs), deadline
+            )
+            versions.extend(
+                request_from_item(i)
+                for i in page.get("Items", [])
+                if i.get("kind", {}).get("S") == c.KIND_MESSAGE and id_of_sort_key(i) == delay_id
+            )
+            if "LastEvaluatedKey" not in page:
+                return versions
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def _batch_get(
         self,
