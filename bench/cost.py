@@ -728,10 +728,10 @@ def step_functions(
     return cost
 
 
-# Days an offloaded payload is kept, beyond its delay, for the default maximum delay of 7 days
-# (template Mappings PayloadRetention: 31 days in all): no function deletes a payload, so
-# every copy of its message (duplicates, retries, dead letters) finds it.
-PAYLOAD_RETENTION_DAYS: Final = 31
+# Days an offloaded payload is kept, for the default maximum delay of 7 days (template Mappings
+# PayloadRetention; tests/template checks it): no function deletes a payload, so every copy of
+# its message (duplicates, retries, dead letters, a capped tenant's spread) finds it.
+PAYLOAD_RETENTION_DAYS: Final = 38
 DAYS_PER_MONTH: Final = 30.42
 
 

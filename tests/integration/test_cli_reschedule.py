@@ -10,6 +10,7 @@ import time
 import pytest
 
 from delayq import constants as c
+from delayq.store import id_of_sort_key
 from delayq_local import EmbeddedStack, StackConfig
 from delayq_local.cli import main
 from delayq_local.producer import DelayProducer, Due
@@ -32,7 +33,7 @@ def wait_until_stored(stack: EmbeddedStack, delay_id: str, timeout: float = 30) 
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         items = stack.client("dynamodb").scan(TableName=table)["Items"]
-        if any(i["sk"]["S"] == delay_id and i["kind"]["S"] == "msg" for i in items):
+        if any(i["kind"]["S"] == "msg" and id_of_sort_key(i) == delay_id for i in items):
             return
         time.sleep(0.2)
     raise AssertionError(f"{delay_id} was not stored within {timeout}s")

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from bench.cost import PAYLOAD_RETENTION_DAYS
 from delayq import constants as c
 from delayq import telemetry
 from delayq.constants import DEFAULT_EMIT_LEAD_MS
@@ -705,12 +706,6 @@ def test_payload_bucket_expires_payloads_rejects_and_failed_batches(
     }
 
 
-# What a payload must outlive beyond the longest delay, in seconds: the TTL grace (at most a
-# day), TTL's own deletion lag (7 days counted), the emitter's outage limit, the dead-letter
-# queue's retention, and a day of margin.
-PAYLOAD_TAIL_SECONDS = (
-    86400 + 7 * 86400 + c.DEFAULT_TARGET_OUTAGE_MAX_SECONDS + c.SQS_MAX_RETENTION_SECONDS + 86400
-)
 
 
 def test_payloads_outlive_every_copy_of_their_message(template: dict[str, Any]) -> None:
@@ -722,7 +717,12 @@ def test_payloads_outlive_every_copy_of_their_message(template: dict[str, Any]) 
         c.SQS_MAX_RETENTION_SECONDS
     )
     for max_delay, row in retention.items():
-        assert row["Days"] * 86400 >= int(max_delay) + PAYLOAD_TAIL_SECONDS, max_delay
+        assert row["Days"] * 86400 >= int(max_delay) + c.MAX_RELEASE_SPREAD_SECONDS + c.LIFE_AFTER_RELEASE_SECONDS, max_delay
+
+
+def test_the_cost_model_prices_the_default_payload_retention(template: dict[str, Any]) -> None:
+    default = str(template["Parameters"]["MaxDelaySeconds"]["Default"])
+    assert template["Mappings"]["PayloadRetention"][default]["Days"] == PAYLOAD_RETENTION_DAYS
 
 
 def test_no_function_deletes_a_payload(resources: dict[str, Any]) -> None:
@@ -735,6 +735,8 @@ def test_payload_access_is_split_by_prefix(resources: dict[str, Any]) -> None:
     payloads = {"Fn::Sub": "${PayloadBucket.Arn}/payloads/*"}
     rejected = {"Fn::Sub": "${PayloadBucket.Arn}/rejected/*"}
     assert grants(resources, "IngestRole", "s3:PutObject") == [payloads, rejected]
+    # CopyObject's source: a long-rescheduled copy gets an object of its own.
+    assert grants(resources, "IngestRole", "s3:GetObject") == [payloads]
     assert grants(resources, "EmitterRole", "s3:GetObject") == [payloads]
     assert grants(resources, "EmitterRole", "s3:PutObject") == [rejected]
     assert grants(resources, "SchedulerRole", "s3:GetObject") == []

@@ -428,10 +428,10 @@ def test_cancel_marker_has_the_documented_layout(store: MessageStore, aws: AwsRe
             "cancel_ts": {"N": str(NOW_MS + 7)},
             "cancel_src": {"S": "delay-requests-0-7"},
             "cancelled_ms": {"N": str(NOW_MS)},
-            # Outlives every message it covers: longest delay, grace, and a dead-letter stay.
-            "expires_at": {
-                "N": str(NOW_MS // 1000 + s.max_delay_seconds + s.ttl_grace_seconds + 14 * 86400)
-            },
+            # Outlives every message it covers: the longest delay, 7 days of release spread,
+            # then a day of grace, 7 of TTL lag, a day of target outage, 14 in a dead-letter
+            # queue and a day of margin.
+            "expires_at": {"N": str(NOW_MS // 1000 + s.max_delay_seconds + 31 * 86400)},
         }
     ]
 

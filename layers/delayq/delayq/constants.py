@@ -128,6 +128,7 @@ __all__ = [
     "KIND_PENDING",
     "KIND_STATS",
     "KIND_WATERMARK",
+    "LIFE_AFTER_RELEASE_SECONDS",
     "LATE_RANGE_KEEP_SECONDS",
     "MAX_BUNDLE_ENTRIES",
     "MAX_DIRECT_WINDOW_MS",
@@ -333,6 +334,13 @@ SQS_MAX_DELAY_SECONDS: Final = 900
 SQS_MAX_VISIBILITY_SECONDS: Final = 43200
 # The longest a message may stay in a queue (the dead-letter queues keep them this long).
 SQS_MAX_RETENTION_SECONDS: Final = 14 * 24 * 3600
+# How long a message may still need its payload and its id's markers after its release time:
+# the TTL grace (at most a day), TTL's own deletion lag (AWS: "within a few days"; 7 counted),
+# the emitter's outage limit, the dead-letter queue's retention, and a day of margin. The
+# template's PayloadRetention is the maximum delay plus this.
+LIFE_AFTER_RELEASE_SECONDS: Final = (
+    86400 + 7 * 86400 + DEFAULT_TARGET_OUTAGE_MAX_SECONDS + SQS_MAX_RETENTION_SECONDS + 86400
+)
 SQS_BATCH_ENTRIES: Final = 10
 SQS_MAX_MESSAGE_BYTES: Final = 256 * 1024
 # The sum of the bodies of one SendMessageBatch call (1 MiB on AWS since 2025; kept at the

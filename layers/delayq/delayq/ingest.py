@@ -210,10 +210,11 @@ def ingest_batch(
 
 def _outlives_payload(base: DelayRequest, copy: DelayRequest, settings: Settings) -> bool:
     """Whether a reschedule's copy is released later than the object it shares with ``base``
-    is sure to live: the bucket keeps payloads the maximum delay (plus the dead-letter and
-    redrive margins the copy needs after its release) from when they were written."""
+    is sure to live: the bucket keeps payloads the maximum delay and release spread (plus what
+    a message needs after its release) from when they were written."""
+    kept_s = settings.max_delay_seconds + c.MAX_RELEASE_SPREAD_SECONDS
     return bool(copy.payload_ref) and (
-        copy.release_at_ms > written_no_earlier_ms(base) + settings.max_delay_seconds * 1000
+        copy.release_at_ms > written_no_earlier_ms(base) + kept_s * 1000
     )
 
 

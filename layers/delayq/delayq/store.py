@@ -377,9 +377,11 @@ class MessageStore:
         _raise_first(futures)
 
     def _marker_expires(self, now_ms: int) -> int:
-        # Longer than any message it can apply to lives: the longest delay, the TTL grace, and
-        # the longest a message may then wait in a dead-letter queue before a redrive.
-        return now_ms // 1000 + self._max_delay + self._ttl_grace + c.SQS_MAX_RETENTION_SECONDS
+        # Longer than any message it can apply to lives: the longest delay and release spread,
+        # then the longest a message may wait after its release (TTL lag, outages, dead letters).
+        return now_ms // 1000 + self._max_delay + c.MAX_RELEASE_SPREAD_SECONDS + (
+            c.LIFE_AFTER_RELEASE_SECONDS
+        )
 
     def put_reschedules(
         self,

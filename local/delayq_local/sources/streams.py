@@ -198,8 +198,15 @@ class StreamEventSource(EventSource):
     def _send_to_destination(
         self, batch: Sequence[_Pending], invocation: Invocation, condition: str
     ) -> None:
+        # Counted once the destination holds the batch: a reader that waits for the counter
+        # finds what it counts.
+        self._write_destination(batch, invocation, condition)
         self.stats.add("skipped_batches")
         self.stats.add("skipped_records", len(batch))
+
+    def _write_destination(
+        self, batch: Sequence[_Pending], invocation: Invocation, condition: str
+    ) -> None:
         has_queue = bool(self._on_failure_queue_url) and self._sqs is not None
         has_bucket = bool(self._on_failure_bucket) and self._s3 is not None
         if not (has_queue or has_bucket):
