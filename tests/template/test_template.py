@@ -706,8 +706,6 @@ def test_payload_bucket_expires_payloads_rejects_and_failed_batches(
     }
 
 
-
-
 def test_payloads_outlive_every_copy_of_their_message(template: dict[str, Any]) -> None:
     retention = template["Mappings"]["PayloadRetention"]
     allowed = template["Parameters"]["MaxDelaySeconds"]["AllowedValues"]

@@ -379,9 +379,8 @@ class MessageStore:
     def _marker_expires(self, now_ms: int) -> int:
         # Longer than any message it can apply to lives: the longest delay and release spread,
         # then the longest a message may wait after its release (TTL lag, outages, dead letters).
-        return now_ms // 1000 + self._max_delay + c.MAX_RELEASE_SPREAD_SECONDS + (
-            c.LIFE_AFTER_RELEASE_SECONDS
-        )
+        life = self._max_delay + c.MAX_RELEASE_SPREAD_SECONDS + c.LIFE_AFTER_RELEASE_SECONDS
+        return now_ms // 1000 + life
 
     def put_reschedules(
         self,
