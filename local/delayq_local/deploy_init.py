@@ -46,6 +46,8 @@ AWS_LIST_ITEMS: Final = {
 ENVIRONMENT_NAME: Final = re.compile(r"^[A-Za-z0-9_-]+$")
 STACK_NAME: Final = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,127}$")
 MSK_ARN_REGION: Final = re.compile(r"^arn:aws[a-z-]*:kafka:(?P<region>[a-z0-9-]+):")
+# A config file init creates starts as SAM's own do.
+NEW_CONFIG: Final = "version = 0.1\n"
 TABLE_HEADER: Final = re.compile(r"^\[(?P<environment>[A-Za-z0-9_-]+)\.[^\]]*\]\s*(#.*)?$")
 
 
@@ -381,9 +383,7 @@ def update_samconfig(text: str, environment: Environment) -> str:
     kept += lines[cursor:]
     block = render(environment)
     if insert_at is None:
-        if not kept:
-            kept = ["version = 0.1\n"]
-        return "".join(kept) + ("\n" if kept[-1].strip() else "") + block
+        return "".join(kept) + ("\n" if kept and kept[-1].strip() else "") + block
     return "".join(kept[:insert_at]) + block + "".join(kept[insert_at:])
 
 
@@ -395,7 +395,7 @@ def write_environment(path: Path, environment: Environment) -> None:
     """Write (or update) the environment in ``path``, after checking that SAM will read back
     exactly it and every other environment unchanged."""
     try:
-        before = path.read_text(encoding="utf-8") if path.exists() else ""
+        before = path.read_text(encoding="utf-8") if path.exists() else NEW_CONFIG
         old = tomllib.loads(before)
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise InitError(f"cannot read {path}: {e}") from e
