@@ -7,7 +7,6 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import boto3
 import pytest
@@ -26,68 +25,25 @@ from delayq_local.deploy_init import (
 )
 from delayq_local.exceptions import InitError
 from delayq_local.template import Template, load_template, loads_template
+from tests.factories import (
+    MSK_ARN,
+    MSK_BROKERS,
+    MSK_GROUPS,
+    MSK_IAM_BROKERS,
+    MSK_SCRAM_BROKERS,
+    MSK_SUBNETS,
+    SCRAM_KEY,
+    SCRAM_SECRET,
+    StubbedKafka,
+    msk_provisioned,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
-ARN = "arn:aws:kafka:eu-west-1:123456789012:cluster/orders/0a1b2c3d-4e5f-6789-abcd-ef0123456789-2"
-SUBNETS = ["subnet-0123456789abcdef0", "subnet-0fedcba9876543210"]
-GROUPS = ["sg-0123456789abcdef0"]
-IAM_BROKERS = "b-1.orders.abc123.c2.kafka.eu-west-1.amazonaws.com:9098"
-SCRAM_BROKERS = "b-1.orders.abc123.c2.kafka.eu-west-1.amazonaws.com:9096"
-SECRET = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:AmazonMSK_delayq-AbCdEf"
-KEY = "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 
 
 @pytest.fixture(scope="module")
 def template() -> Template:
     return load_template(ROOT / "template.yaml")
-
-
-def provisioned(iam: bool = True, scram: bool = True) -> dict[str, Any]:
-    """DescribeClusterV2's response for a provisioned cluster, as the API reference shapes it."""
-    return {
-        "ClusterInfo": {
-            "ClusterArn": ARN,
-            "ClusterName": "orders",
-            "ClusterType": "PROVISIONED",
-            "State": "ACTIVE",
-            "Provisioned": {
-                "BrokerNodeGroupInfo": {
-                    "ClientSubnets": SUBNETS,
-                    "InstanceType": "kafka.m5.large",
-                    "SecurityGroups": GROUPS,
-                },
-                "ClientAuthentication": {
-                    "Sasl": {"Iam": {"Enabled": iam}, "Scram": {"Enabled": scram}},
-                    "Unauthenticated": {"Enabled": False},
-                },
-                "NumberOfBrokerNodes": 3,
-            },
-        }
-    }
-
-
-BROKERS = {
-    "BootstrapBrokerStringTls": "b-1.orders.abc123.c2.kafka.eu-west-1.amazonaws.com:9094",
-    "BootstrapBrokerStringSaslIam": IAM_BROKERS,
-    "BootstrapBrokerStringSaslScram": SCRAM_BROKERS,
-}
-
-
-class Kafka:
-    """A real boto3 `kafka` client answered by a Stubber; records the regions asked for."""
-
-    def __init__(self, description: dict[str, Any], brokers: dict[str, str]) -> None:
-        self.client = boto3.client("kafka", region_name="eu-west-1")
-        self.stubber = Stubber(self.client)
-        self.stubber.add_response("describe_cluster_v2", description, {"ClusterArn": ARN})
-        self.stubber.add_response("get_bootstrap_brokers", brokers, {"ClusterArn": ARN})
-        self.stubber.activate()
-        self.regions: list[str] = []
-
-    def __call__(self, region: str) -> KafkaClient:
-        self.regions.append(region)
-        client: KafkaClient = self.client
-        return client
 
 
 def no_kafka(region: str) -> KafkaClient:
@@ -110,8 +66,8 @@ class ScriptedAsker:
 
 
 def test_flags_and_the_cluster_make_an_msk_iam_environment(template: Template) -> None:
-    kafka = Kafka(provisioned(), BROKERS)
-    flags = InitFlags(config_env="prod", msk_cluster_arn=ARN, allowed_targets="orders.*")
+    kafka = StubbedKafka(msk_provisioned(), MSK_BROKERS)
+    flags = InitFlags(config_env="prod", msk_cluster_arn=MSK_ARN, allowed_targets="orders.*")
     environment = gather(flags, template, None, kafka)
     assert kafka.regions == ["eu-west-1"]
     kafka.stubber.assert_no_pending_responses()
@@ -121,13 +77,13 @@ def test_flags_and_the_cluster_make_an_msk_iam_environment(template: Template) -
         region="eu-west-1",
         overrides=(
             ("KafkaSource", "MSK"),
-            ("MskClusterArn", ARN),
+            ("MskClusterArn", MSK_ARN),
             ("KafkaSecurity", "MSK_IAM"),
-            ("KafkaBootstrapServers", IAM_BROKERS),
+            ("KafkaBootstrapServers", MSK_IAM_BROKERS),
             ("DelayTopic", "delay-requests"),
             ("AllowedTargets", "orders.*"),
-            ("SubnetIds", ",".join(SUBNETS)),
-            ("SecurityGroupIds", ",".join(GROUPS)),
+            ("SubnetIds", ",".join(MSK_SUBNETS)),
+            ("SecurityGroupIds", ",".join(MSK_GROUPS)),
         ),
     )
 
@@ -137,29 +93,34 @@ def test_scram_on_msk_takes_the_scram_brokers_and_needs_the_secret_and_key(
 ) -> None:
     flags = InitFlags(
         config_env="prod",
-        msk_cluster_arn=ARN,
+        msk_cluster_arn=MSK_ARN,
         security="SASL_SCRAM_SHA_512",
-        secret_arn=SECRET,
+        secret_arn=SCRAM_SECRET,
         allowed_targets="orders.*",
-        subnet_ids=SUBNETS[0],
+        subnet_ids=MSK_SUBNETS[0],
     )
     with pytest.raises(InitError, match="--kms-key-arn is needed"):
-        gather(flags, template, None, Kafka(provisioned(), BROKERS))
-    keyed = InitFlags(**{**flags.__dict__, "kms_key_arn": KEY})
-    overrides = dict(gather(keyed, template, None, Kafka(provisioned(), BROKERS)).overrides)
-    assert overrides["KafkaBootstrapServers"] == SCRAM_BROKERS
-    assert overrides["KafkaSecretArn"] == SECRET
-    assert overrides["KafkaSecretKmsKeyArn"] == KEY
+        gather(flags, template, None, StubbedKafka(msk_provisioned(), MSK_BROKERS))
+    keyed = InitFlags(**{**flags.__dict__, "kms_key_arn": SCRAM_KEY})
+    overrides = dict(
+        gather(keyed, template, None, StubbedKafka(msk_provisioned(), MSK_BROKERS)).overrides
+    )
+    assert overrides["KafkaBootstrapServers"] == MSK_SCRAM_BROKERS
+    assert overrides["KafkaSecretArn"] == SCRAM_SECRET
+    assert overrides["KafkaSecretKmsKeyArn"] == SCRAM_KEY
     # A flag wins over the cluster's value.
-    assert overrides["SubnetIds"] == SUBNETS[0]
+    assert overrides["SubnetIds"] == MSK_SUBNETS[0]
 
 
 def test_an_authentication_the_cluster_has_off_is_refused(template: Template) -> None:
     flags = InitFlags(
-        config_env="prod", msk_cluster_arn=ARN, security="SASL_SCRAM_SHA_512", allowed_targets="a"
+        config_env="prod",
+        msk_cluster_arn=MSK_ARN,
+        security="SASL_SCRAM_SHA_512",
+        allowed_targets="a",
     )
     with pytest.raises(InitError, match=r"--security: 'SASL_SCRAM_SHA_512' is not one of MSK_IAM$"):
-        gather(flags, template, None, Kafka(provisioned(scram=False), BROKERS))
+        gather(flags, template, None, StubbedKafka(msk_provisioned(scram=False), MSK_BROKERS))
 
 
 def test_self_managed_scram_needs_no_vpc_but_tls_does(template: Template) -> None:
@@ -167,7 +128,7 @@ def test_self_managed_scram_needs_no_vpc_but_tls_does(template: Template) -> Non
         config_env="onprem",
         bootstrap_servers="broker-1.example.internal:9096",
         security="SASL_SCRAM_SHA_256",
-        secret_arn=SECRET,
+        secret_arn=SCRAM_SECRET,
         allowed_targets="orders.*,reminders",
     )
     environment = gather(flags, template, None, no_kafka)
@@ -176,7 +137,7 @@ def test_self_managed_scram_needs_no_vpc_but_tls_does(template: Template) -> Non
         "KafkaSource": "SelfManagedKafka",
         "KafkaSecurity": "SASL_SCRAM_SHA_256",
         "KafkaBootstrapServers": "broker-1.example.internal:9096",
-        "KafkaSecretArn": SECRET,
+        "KafkaSecretArn": SCRAM_SECRET,
         "DelayTopic": "delay-requests",
         "AllowedTargets": "orders.*,reminders",
     }
@@ -195,10 +156,13 @@ def test_prompts_ask_only_what_the_flags_leave_out_and_offer_the_cluster(
     template: Template, capsys: pytest.CaptureFixture[str]
 ) -> None:
     asker = ScriptedAsker(
-        ["prod", "SASL_SCRAM_SHA_512", "", SECRET, KEY, "", "*", "orders.*", "", ""]
+        ["prod", "SASL_SCRAM_SHA_512", "", SCRAM_SECRET, SCRAM_KEY, "", "*", "orders.*", "", ""]
     )
     environment = gather(
-        InitFlags(msk_cluster_arn=ARN), template, asker, Kafka(provisioned(), BROKERS)
+        InitFlags(msk_cluster_arn=MSK_ARN),
+        template,
+        asker,
+        StubbedKafka(msk_provisioned(), MSK_BROKERS),
     )
     questions = [question.split(" (")[0] for question, _, _ in asker.asked]
     assert questions == [
@@ -215,19 +179,19 @@ def test_prompts_ask_only_what_the_flags_leave_out_and_offer_the_cluster(
     ]
     # The cluster's settings are the defaults Enter takes; its auth modes are the choices.
     assert asker.asked[1][1:] == ("MSK_IAM", ("MSK_IAM", "SASL_SCRAM_SHA_512"))
-    assert asker.asked[2][1] == SCRAM_BROKERS
-    assert asker.asked[8][1] == ",".join(SUBNETS)
+    assert asker.asked[2][1] == MSK_SCRAM_BROKERS
+    assert asker.asked[8][1] == ",".join(MSK_SUBNETS)
     # The refused '*' is explained and asked again.
     assert "AllowedTargets: '*' does not match" in capsys.readouterr().out
     overrides = dict(environment.overrides)
     assert overrides["AllowedTargets"] == "orders.*"
-    assert overrides["KafkaBootstrapServers"] == SCRAM_BROKERS
-    assert overrides["SecurityGroupIds"] == ",".join(GROUPS)
+    assert overrides["KafkaBootstrapServers"] == MSK_SCRAM_BROKERS
+    assert overrides["SecurityGroupIds"] == ",".join(MSK_GROUPS)
 
 
 def test_prompts_choose_the_source_and_leave_optional_values_out(template: Template) -> None:
     # Answers: name, source, auth, brokers, secret, no KMS key, topic, targets, no VPC.
-    answers = ["dev", "SelfManagedKafka", "SASL_SCRAM_SHA_512", "k:9096", SECRET, ""]
+    answers = ["dev", "SelfManagedKafka", "SASL_SCRAM_SHA_512", "k:9096", SCRAM_SECRET, ""]
     asker = ScriptedAsker([*answers, "requests", "t", "", ""])
     environment = gather(InitFlags(), template, asker, no_kafka)
     assert asker.asked[1] == ("Kafka source", "MSK", ("MSK", "SelfManagedKafka"))
@@ -235,7 +199,7 @@ def test_prompts_choose_the_source_and_leave_optional_values_out(template: Templ
         "KafkaSource": "SelfManagedKafka",
         "KafkaSecurity": "SASL_SCRAM_SHA_512",
         "KafkaBootstrapServers": "k:9096",
-        "KafkaSecretArn": SECRET,
+        "KafkaSecretArn": SCRAM_SECRET,
         "DelayTopic": "requests",
         "AllowedTargets": "t",
     }
@@ -247,24 +211,24 @@ def test_prompts_choose_the_source_and_leave_optional_values_out(template: Templ
 def test_a_serverless_cluster_gives_its_vpc_configs_and_iam() -> None:
     description = {
         "ClusterInfo": {
-            "ClusterArn": ARN,
+            "ClusterArn": MSK_ARN,
             "ClusterName": "orders",
             "ClusterType": "SERVERLESS",
             "Serverless": {
                 "VpcConfigs": [
-                    {"SubnetIds": SUBNETS[:1], "SecurityGroupIds": GROUPS},
-                    {"SubnetIds": SUBNETS[1:], "SecurityGroupIds": GROUPS},
+                    {"SubnetIds": MSK_SUBNETS[:1], "SecurityGroupIds": MSK_GROUPS},
+                    {"SubnetIds": MSK_SUBNETS[1:], "SecurityGroupIds": MSK_GROUPS},
                 ],
                 "ClientAuthentication": {"Sasl": {"Iam": {"Enabled": True}}},
             },
         }
     }
-    kafka = Kafka(description, {"BootstrapBrokerStringSaslIam": IAM_BROKERS})
-    cluster = read_msk_cluster(kafka("eu-west-1"), ARN)
-    assert cluster.subnets == tuple(SUBNETS)
-    assert cluster.security_groups == tuple(GROUPS)
+    kafka = StubbedKafka(description, {"BootstrapBrokerStringSaslIam": MSK_IAM_BROKERS})
+    cluster = read_msk_cluster(kafka("eu-west-1"), MSK_ARN)
+    assert cluster.subnets == tuple(MSK_SUBNETS)
+    assert cluster.security_groups == tuple(MSK_GROUPS)
     assert cluster.securities == ("MSK_IAM",)
-    assert cluster.bootstrap == {"MSK_IAM": IAM_BROKERS}
+    assert cluster.bootstrap == {"MSK_IAM": MSK_IAM_BROKERS}
 
 
 def test_a_cluster_the_api_does_not_know_is_an_init_error() -> None:
@@ -273,13 +237,17 @@ def test_a_cluster_the_api_does_not_know_is_an_init_error() -> None:
         stubber.add_client_error(
             "describe_cluster_v2", "NotFoundException", "cluster not found", 404
         )
-        with pytest.raises(InitError, match=f"cannot read MSK cluster {ARN}.*NotFoundException"):
-            read_msk_cluster(client, ARN)
+        with pytest.raises(
+            InitError, match=f"cannot read MSK cluster {MSK_ARN}.*NotFoundException"
+        ):
+            read_msk_cluster(client, MSK_ARN)
 
 
 def test_a_cluster_without_iam_or_scram_is_refused(template: Template) -> None:
-    kafka = Kafka(provisioned(iam=False, scram=False), {"BootstrapBrokerStringTls": "b:9094"})
-    flags = InitFlags(config_env="prod", msk_cluster_arn=ARN, allowed_targets="a")
+    kafka = StubbedKafka(
+        msk_provisioned(iam=False, scram=False), {"BootstrapBrokerStringTls": "b:9094"}
+    )
+    flags = InitFlags(config_env="prod", msk_cluster_arn=MSK_ARN, allowed_targets="a")
     with pytest.raises(InitError, match="neither IAM nor SASL/SCRAM"):
         gather(flags, template, None, kafka)
 
@@ -315,10 +283,10 @@ def test_a_wrong_value_names_the_parameter_and_what_is_allowed(
         "config_env": "onprem",
         "bootstrap_servers": "broker-1:9096",
         "security": "SASL_SCRAM_SHA_512",
-        "secret_arn": SECRET,
+        "secret_arn": SCRAM_SECRET,
         "allowed_targets": "orders.*",
-        "subnet_ids": SUBNETS[0],
-        "security_group_ids": GROUPS[0],
+        "subnet_ids": MSK_SUBNETS[0],
+        "security_group_ids": MSK_GROUPS[0],
     }
     assert gather(InitFlags(**good), template, None, no_kafka).name == "onprem"
     with pytest.raises(InitError, match=message):
