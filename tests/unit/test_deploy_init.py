@@ -20,6 +20,7 @@ from delayq_local.deploy_init import (
     gather,
     read_msk_cluster,
     security_choices,
+    tty_asker,
     update_samconfig,
     write_environment,
 )
@@ -434,3 +435,25 @@ def test_the_command_exits_2_with_the_reason_and_writes_nothing(
         "delayq: --security: 'MSK_IAM' is not one of SASL_SCRAM_SHA_512" in capsys.readouterr().err
     )
     assert not config.exists()
+
+
+def test_the_terminal_asker_shows_choices_and_default_and_stops_at_end_of_input(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    prompts: list[str] = []
+
+    def typed(prompt: str) -> str:
+        prompts.append(prompt)
+        return "SSL"
+
+    monkeypatch.setattr("builtins.input", typed)
+    assert tty_asker("Authentication", "PLAINTEXT", ("SSL", "PLAINTEXT")) == "SSL"
+    assert tty_asker("Delay topic", "", ()) == "SSL"
+    assert prompts == ["Authentication (SSL/PLAINTEXT) [PLAINTEXT]: ", "Delay topic: "]
+
+    def ended(prompt: str) -> str:
+        raise EOFError
+
+    monkeypatch.setattr("builtins.input", ended)
+    with pytest.raises(InitError, match="input ended"):
+        tty_asker("Delay topic", "", ())
