@@ -12,12 +12,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import boto3
 from botocore.exceptions import ClientError
+from botocore.stub import Stubber
 from hypothesis import settings as hypothesis_settings
 
 from delayq.records import DelayRequest
 from delayq.settings import Settings
 from delayq.store import MessageStore
+from delayq_local.deploy_init import KafkaClient
 from testkit.clock import NOW_MS, no_sleep_backoff
 from testkit.events import queue_arn, sqs_record
 from testkit.services import message_store
@@ -231,3 +234,63 @@ class ClientProxy:
             return override(**kwargs)
 
         return call
+
+
+# An MSK cluster as the kafka API describes it (moto has no GetBootstrapBrokers).
+MSK_ARN = (
+    "arn:aws:kafka:eu-west-1:123456789012:cluster/orders/0a1b2c3d-4e5f-6789-abcd-ef0123456789-2"
+)
+MSK_SUBNETS = ["subnet-0123456789abcdef0", "subnet-0fedcba9876543210"]
+MSK_GROUPS = ["sg-0123456789abcdef0"]
+MSK_IAM_BROKERS = "b-1.orders.abc123.c2.kafka.eu-west-1.amazonaws.com:9098"
+MSK_SCRAM_BROKERS = "b-1.orders.abc123.c2.kafka.eu-west-1.amazonaws.com:9096"
+SCRAM_SECRET = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:AmazonMSK_delayq-AbCdEf"
+SCRAM_KEY = "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+
+
+def msk_provisioned(iam: bool = True, scram: bool = True) -> dict[str, Any]:
+    """DescribeClusterV2's response for a provisioned cluster, as the API reference shapes it."""
+    return {
+        "ClusterInfo": {
+            "ClusterArn": MSK_ARN,
+            "ClusterName": "orders",
+            "ClusterType": "PROVISIONED",
+            "State": "ACTIVE",
+            "Provisioned": {
+                "BrokerNodeGroupInfo": {
+                    "ClientSubnets": MSK_SUBNETS,
+                    "InstanceType": "kafka.m5.large",
+                    "SecurityGroups": MSK_GROUPS,
+                },
+                "ClientAuthentication": {
+                    "Sasl": {"Iam": {"Enabled": iam}, "Scram": {"Enabled": scram}},
+                    "Unauthenticated": {"Enabled": False},
+                },
+                "NumberOfBrokerNodes": 3,
+            },
+        }
+    }
+
+
+MSK_BROKERS = {
+    "BootstrapBrokerStringTls": "b-1.orders.abc123.c2.kafka.eu-west-1.amazonaws.com:9094",
+    "BootstrapBrokerStringSaslIam": MSK_IAM_BROKERS,
+    "BootstrapBrokerStringSaslScram": MSK_SCRAM_BROKERS,
+}
+
+
+class StubbedKafka:
+    """A real boto3 `kafka` client answered by a Stubber; records the regions asked for."""
+
+    def __init__(self, description: dict[str, Any], brokers: dict[str, str]) -> None:
+        self.client = boto3.client("kafka", region_name="eu-west-1")
+        self.stubber = Stubber(self.client)
+        self.stubber.add_response("describe_cluster_v2", description, {"ClusterArn": MSK_ARN})
+        self.stubber.add_response("get_bootstrap_brokers", brokers, {"ClusterArn": MSK_ARN})
+        self.stubber.activate()
+        self.regions: list[str] = []
+
+    def __call__(self, region: str) -> KafkaClient:
+        self.regions.append(region)
+        client: KafkaClient = self.client
+        return client

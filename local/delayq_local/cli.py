@@ -32,7 +32,7 @@ from delayq.retry import Deadline
 from delayq.runtime import client, message_store, pending_counts, redrive_services
 from delayq.settings import Settings, topic_allowed
 from delayq.stream_failures import FAILED_BATCH_PREFIX
-from delayq_local import kafka_commands
+from delayq_local import deploy_init, kafka_commands
 from delayq_local.aws import AwsEndpoint
 from delayq_local.demo import DemoOptions, run_demo
 from delayq_local.demo_plan import DEFAULT_TARGETS
@@ -107,6 +107,7 @@ def _parser(clock: Clock, sleep: Sleep) -> argparse.ArgumentParser:
     _workload_commands(commands)
 
     kafka_commands.register(commands)
+    deploy_init.register(commands)
 
     again = commands.add_parser(
         "redrive",

@@ -21,3 +21,8 @@ class KafkaMockError(LocalStackError):
 
 class HandlerLoadError(LocalStackError):
     """A function's handler module could not be imported from its file."""
+
+
+class InitError(LocalStackError):
+    """`delayq init` cannot write the environment: a missing or invalid answer, an unreadable
+    cluster or config file."""
