@@ -153,6 +153,8 @@ class CatchUp:
 
     slots: dict[int, int] = field(default_factory=dict)
     unplaced: dict[int, str] = field(default_factory=dict)
+    # Of the unplaced: those whose cap had no room (the others' counter could not be reached).
+    full: set[int] = field(default_factory=set)
 
 
 @dataclass
@@ -289,6 +291,7 @@ class Shaper:
             except NoReleaseSlotError as e:
                 self._full[key] = max(self._full.get(key, e.last_full), e.last_full)
                 out.unplaced.update((i, str(e)) for i in indexes)
+                out.full.update(indexes)
                 continue
             except DelayQueueError as e:
                 out.unplaced.update((i, str(e)) for i in indexes)
