@@ -458,3 +458,39 @@ def test_a_late_message_the_cap_has_no_room_for_is_not_dead_lettered_as_target_u
     )
     assert "release-cap-full" in reasons
     assert "target-unavailable" not in reasons
+
+
+def test_a_producer_of_another_delay_topic_cannot_spend_a_bound_tenants_quota(
+    pipeline: Pipeline,
+) -> None:
+    bound = {
+        "victim": {"ingest_per_second": 3, "topics": ["delay-victim"]},
+        "*": {"ingest_per_second": 100},
+    }
+    settings = pipeline.settings.with_overrides(tenant_limits=json.dumps(bound))
+    pipeline.set_watermark(NOW_MS // 1000 - 1)
+    p = dataclasses.replace(
+        pipeline, settings=settings, shaper=Shaper(pipeline.store, settings.limits)
+    )
+    forged = [
+        kafka_record(
+            offset=i, target="reminders", deliver_at=str(DUE_MS), id=f"f-{i}", tenant="victim"
+        )
+        for i in range(5)
+    ]
+    honest = [
+        kafka_record(
+            topic="delay-victim",
+            offset=i,
+            target="reminders",
+            deliver_at=str(DUE_MS),
+            id=f"v-{i}",
+            tenant="victim",
+        )
+        for i in range(3)
+    ]
+    assert p.ingest(kafka_event(*forged)).rejected == []  # counted in the unknown bucket
+    assert p.ingest(kafka_event(*honest)).rejected == []  # the victim's quota is whole
+    delivered = p.deliver_released()
+    tenants = Counter(d.tenant for d in delivered.deliveries)
+    assert tenants == {"victim": 3, "*unknown": 5}
