@@ -75,7 +75,12 @@ READ_BOUND_MS: Final = max(TIMEOUT_S["ingest"], TIMEOUT_S["emitter"]) * 1000 + G
 # every record it can reach, outages are shorter than the 24-hour allowance, payloads are
 # never deleted (the bucket's lifecycle rule is longer than any run).
 UNCAUSED_REASONS: Final = frozenset(
-    {str(Failure.UNAVAILABLE), str(Failure.REFUSED), str(Failure.PAYLOAD_MISSING)}
+    {
+        str(Failure.UNAVAILABLE),
+        str(Failure.REFUSED),
+        str(Failure.PAYLOAD_MISSING),
+        str(Failure.CAP_FULL),
+    }
 )
 # Messages due this soon after an outage ended are counted as the outage's.
 OUTAGE_RECOVERY_MS: Final = 10 * 60_000

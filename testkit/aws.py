@@ -216,6 +216,12 @@ _KEY_CONDITION = re.compile(rf"^\s*({_NAME})\s*=\s*(:\w+)\s*$")
 _ADD_CLAUSE = re.compile(rf"^\s*({_NAME})\s+(:\w+)\s*$")
 _UPDATE_SECTION = re.compile(r"\b(SET|ADD)\s+", re.IGNORECASE)
 _SET_CLAUSE = re.compile(rf"^\s*({_NAME})\s*=\s*(:\w+)\s*$")
+# ``a = if_not_exists(b, :x)``: b as the item was before the update, else :x.
+_SET_IF_NOT_EXISTS = re.compile(
+    rf"^\s*({_NAME})\s*=\s*if_not_exists\s*\(\s*({_NAME})\s*,\s*(:\w+)\s*\)\s*$"
+)
+# Commas that separate clauses (not those inside a function's parentheses).
+_CLAUSE_COMMA = re.compile(r",(?![^(]*\))")
 
 
 def _comparable(value: Mapping[str, Any]) -> tuple[str, Any]:
@@ -260,7 +266,7 @@ def _update_clauses(expression: str) -> list[tuple[str, str]]:
     return [
         (action.upper(), clause)
         for action, body in zip(parts[1::2], parts[2::2], strict=True)
-        for clause in body.split(",")
+        for clause in _CLAUSE_COMMA.split(body)
     ]
 
 
@@ -677,7 +683,8 @@ class FakeDynamoDB:
         ExpressionAttributeValues: Mapping[str, Any] | None = None,  # noqa: N803
         ReturnValues: str = "NONE",  # noqa: N803
     ) -> dict[str, Any]:
-        """``SET a = :x, b = :y`` and ``ADD n :k`` (numbers, created at 0) on one item
+        """``SET a = :x, b = if_not_exists(c, :y)`` and ``ADD n :k`` (numbers, created at 0)
+        on one item
         (created if missing), under an optional condition. ``ReturnValues``: ``NONE``,
         ``UPDATED_NEW`` (the attributes the update wrote, as written) or ``ALL_NEW``."""
         operation = "UpdateItem"
@@ -692,6 +699,14 @@ class FakeDynamoDB:
         new = dict(old.item) if old else dict(Key)
         updated: dict[str, Any] = {}
         for action, clause in _update_clauses(UpdateExpression):
+            fallback = _SET_IF_NOT_EXISTS.match(clause) if action == "SET" else None
+            if fallback:
+                name = expr.name(fallback.group(1))
+                present = old.item.get(expr.name(fallback.group(2))) if old else None
+                value = present if present is not None else expr.value(fallback.group(3))
+                new[name] = value
+                updated[name] = value
+                continue
             pattern = _SET_CLAUSE if action == "SET" else _ADD_CLAUSE
             match = pattern.match(clause)
             if not match:

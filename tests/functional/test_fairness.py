@@ -14,7 +14,7 @@ import pytest
 
 from delayq import constants as c
 from delayq.emitter import EmitResult
-from delayq.envelope import decode_body
+from delayq.envelope import dead_letter_of, decode_body
 from delayq.producing import Delivery
 from delayq.queues import DelayQueue, SqsQueue
 from delayq.records import Reason
@@ -436,3 +436,61 @@ def test_a_dead_letter_that_cannot_be_sent_waits_again_in_its_priority_queue(
     assert queued_in(p, p.settings.delay_queue_url) == []
     assert queued_in(p, url) == ["bulk-0", "bulk-0"]  # the ingested one, and again
     assert p.sqs.to(url)[-1].delay_seconds == c.EMIT_RETRY_MAX_SECONDS
+
+
+def test_a_late_message_the_cap_has_no_room_for_is_not_dead_lettered_as_target_unavailable(
+    limited: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # bulk's burst holds its cap's seconds for 20 s after due (800 at 40/s); an outage makes
+    # the first second's 40 late, and the catch-up finds no room within its spread (2 s) while
+    # the on-time ones keep their slots. The target is up: if they wait for the cap longer
+    # than the outage allowance (10 s here), the reason says it is the cap.
+    monkeypatch.setattr(c, "CATCH_UP_SPREAD_SECONDS", 2)
+    limited.settings = limited.settings.with_overrides(target_outage_max_seconds=10)
+    outage(limited, 800, 1_500)
+    for _ in range(40):
+        limited.clock.advance(1_000)
+        limited.deliver_released()
+    reasons = Counter(
+        (dead_letter_of(x.text) or {}).get("reason")
+        for e in limited.dead_lettered()
+        for x in decode_body(e.body)
+    )
+    assert "release-cap-full" in reasons
+    assert "target-unavailable" not in reasons
+
+
+def test_a_producer_of_another_delay_topic_cannot_spend_a_bound_tenants_quota(
+    pipeline: Pipeline,
+) -> None:
+    bound = {
+        "victim": {"ingest_per_second": 3, "topics": ["delay-victim"]},
+        "*": {"ingest_per_second": 100},
+    }
+    settings = pipeline.settings.with_overrides(tenant_limits=json.dumps(bound))
+    pipeline.set_watermark(NOW_MS // 1000 - 1)
+    p = dataclasses.replace(
+        pipeline, settings=settings, shaper=Shaper(pipeline.store, settings.limits)
+    )
+    forged = [
+        kafka_record(
+            offset=i, target="reminders", deliver_at=str(DUE_MS), id=f"f-{i}", tenant="victim"
+        )
+        for i in range(5)
+    ]
+    honest = [
+        kafka_record(
+            topic="delay-victim",
+            offset=i,
+            target="reminders",
+            deliver_at=str(DUE_MS),
+            id=f"v-{i}",
+            tenant="victim",
+        )
+        for i in range(3)
+    ]
+    assert p.ingest(kafka_event(*forged)).rejected == []  # counted in the unknown bucket
+    assert p.ingest(kafka_event(*honest)).rejected == []  # the victim's quota is whole
+    delivered = p.deliver_released()
+    tenants = Counter(d.tenant for d in delivered.deliveries)
+    assert tenants == {"victim": 3, "*unknown": 5}

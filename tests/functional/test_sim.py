@@ -39,10 +39,12 @@ from tests.factories import delay_request
 
 # A small run: 80 requests written over 5 minutes, due within 40 minutes.
 SMALL = Shape(messages=80, window_ms=5 * 60_000, max_delay_ms=40 * 60_000)
-# The same with tenant limits: seed 1 has a burst of the quota'd tenant (rejected over its
-# quota), capped and deferred messages released after due, at every priority.
+# The same with tenant limits: seed 19 has capped and deferred messages released after due
+# (stored ones among them), at every priority; seed 1 a burst of the quota'd tenant within
+# one second of record timestamps (rejected over its quota).
 LIMITED = dataclasses.replace(SMALL, limits=True)
-LIMITED_SEED = 1
+LIMITED_SEED = 19
+QUOTA_SEED = 1
 
 
 @cache
@@ -423,7 +425,6 @@ def test_with_tenant_limits_the_limits_bind_and_no_guarantee_breaks() -> None:
     verdict = Checker(pipeline, workload).run()
     assert verdict.violations == []
     assert verdict.unacknowledged == 0
-    assert verdict.over_quota > 0  # the quota'd tenant's burst, in the reject queue whole
     assert verdict.limited > 0
     assert sum(verdict.limited_lateness.values()) == verdict.limited
     tenants = {i.delay_id: i.tenant for i in workload.intents if i.kind == "delay"}
@@ -438,6 +439,13 @@ def test_with_tenant_limits_the_limits_bind_and_no_guarantee_breaks() -> None:
     assert len(pipeline.delay_queues) == 3
     assert [poller.url for poller in pipeline.delay_queues] == list(pipeline.delay_queue_urls)
     assert all(poller.received for poller in pipeline.delay_queues)
+
+
+def test_with_an_ingest_quota_a_burst_over_it_is_rejected_whole() -> None:
+    pipeline, workload = simulate(QUOTA_SEED, LIMITED, Knobs.calm())
+    verdict = Checker(pipeline, workload).run()
+    assert verdict.violations == []
+    assert verdict.over_quota > 0  # the quota'd tenant's burst, in the reject queue whole
 
 
 def _slots_ignore_the_counters(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -517,7 +525,7 @@ def _stored_messages_forget_their_priority(monkeypatch: pytest.MonkeyPatch) -> N
     [
         (_slots_ignore_the_counters, LIMITED_SEED, "cap"),
         (_slot_replaces_due_time, LIMITED_SEED, "early"),
-        (_quota_rejects_lose_their_value, LIMITED_SEED, "lost"),
+        (_quota_rejects_lose_their_value, QUOTA_SEED, "lost"),
         (_deferring_quota_rejects, 7, "refused"),
         (_one_delay_queue_for_every_priority, LIMITED_SEED, "misrouted"),
         (_stored_messages_forget_their_priority, LIMITED_SEED, "priority"),

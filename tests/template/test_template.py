@@ -744,7 +744,16 @@ def test_payload_access_is_split_by_prefix(resources: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     ("role", "action", "leading_keys"),
     [
-        ("IngestRole", "dynamodb:GetItem", [c.WATERMARK_PK, f"{c.PENDING_PK_PREFIX}*"]),
+        (
+            "IngestRole",
+            "dynamodb:GetItem",
+            [
+                c.WATERMARK_PK,
+                f"{c.PENDING_PK_PREFIX}*",
+                f"{c.RATE_PK_PREFIX}*",
+                f"{c.QUOTA_PK_PREFIX}*",
+            ],
+        ),
         (
             "IngestRole",
             "dynamodb:UpdateItem",
@@ -761,6 +770,7 @@ def test_payload_access_is_split_by_prefix(resources: dict[str, Any]) -> None:
         ("EmitterRole", "dynamodb:BatchGetItem", [f"{c.CANCEL_PK_PREFIX}*"]),
         ("EmitterRole", "dynamodb:PutItem", [f"{c.STATS_PK_PREFIX}*"]),
         ("EmitterRole", "dynamodb:UpdateItem", [f"{c.RATE_PK_PREFIX}*"]),
+        ("EmitterRole", "dynamodb:GetItem", [f"{c.RATE_PK_PREFIX}*"]),
     ],
 )
 def test_item_level_access_is_limited_to_its_partition_keys(

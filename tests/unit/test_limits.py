@@ -7,7 +7,7 @@ import json
 import pytest
 
 from delayq.exceptions import ConfigurationError
-from delayq.limits import UNLIMITED, Limits, TenantLimits, parse_limits
+from delayq.limits import UNKNOWN_TENANT, UNLIMITED, Limits, TenantLimits, parse_limits
 from delayq.settings import Settings
 
 
@@ -74,3 +74,56 @@ def test_settings_parse_the_limits_once_and_refuse_a_wrong_one(settings: Setting
     assert shaped.limits is shaped.limits
     with pytest.raises(ConfigurationError, match="tenant limits are not JSON"):
         settings.with_overrides(tenant_limits="nope")
+
+
+BOUND = parse_limits(
+    json.dumps(
+        {
+            "acme": {"ingest_per_second": 10, "topics": ["delay-acme"], "priorities": ["normal"]},
+            "globex": {"release_per_second": 5, "topics": ["delay-globex", "delay-shared"]},
+            "*": {"release_per_second": 1},
+        }
+    )
+)
+
+
+@pytest.mark.parametrize(
+    ("declared", "topic", "tenant"),
+    [
+        ("acme", "delay-acme", "acme"),
+        ("acme", "delay-globex", UNKNOWN_TENANT),  # globex's producers cannot spend acme's
+        ("globex", "delay-shared", "globex"),
+        ("rotating-1", "delay-acme", UNKNOWN_TENANT),  # unknown names share one bucket
+        ("rotating-2", "delay-acme", UNKNOWN_TENANT),
+        ("", "delay-acme", ""),  # no header: its target topic is its tenant, as before
+    ],
+)
+def test_a_tenant_is_itself_only_on_the_delay_topics_it_is_bound_to(
+    declared: str, topic: str, tenant: str
+) -> None:
+    assert BOUND.tenant_of(declared, topic) == tenant
+
+
+def test_unknown_tenants_share_the_default_limits() -> None:
+    assert BOUND.of(UNKNOWN_TENANT).release_per_second == 1
+
+
+def test_without_topics_tenants_are_not_bound() -> None:
+    limits = parse_limits('{"acme": {"ingest_per_second": 1}}')
+    assert not limits.bound
+    assert limits.tenant_of("anyone", "delay-x") == "anyone"
+
+
+def test_a_tenant_uses_only_its_priorities() -> None:
+    assert BOUND.allows_priority("acme", "normal")
+    assert not BOUND.allows_priority("acme", "high")
+    assert BOUND.allows_priority("globex", "high")
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [{"topics": []}, {"topics": "delay-a"}, {"topics": [1]}, {"priorities": ["urgent"]}],
+)
+def test_a_bad_binding_is_refused(spec: dict[str, object]) -> None:
+    with pytest.raises(ConfigurationError):
+        parse_limits(json.dumps({"acme": spec}))

@@ -3,6 +3,7 @@ with a rejection, and the headers of a delivered record."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from delayq import constants as c
 from delayq.exceptions import MalformedEventError
+from delayq.limits import UNKNOWN_TENANT
 from delayq.records import (
     CancelRequest,
     DelayRequest,
@@ -732,6 +734,24 @@ REJECTIONS: list[tuple[str, Callable[[], Any], Reason, str]] = [
         "delay-tenant",
     ),
     (
+        "tenant-deferred-bucket",  # would share X's deferred counters (rate#X/deferred#...)
+        lambda: kafka_record(target="reminders", ms="1", tenant="X/deferred"),
+        Reason.BAD_TENANT,
+        "none of # / *",
+    ),
+    (
+        "tenant-key-separator",
+        lambda: kafka_record(target="reminders", ms="1", tenant="X#1795248000"),
+        Reason.BAD_TENANT,
+        "none of # / *",
+    ),
+    (
+        "tenant-the-default",
+        lambda: kafka_record(target="reminders", ms="1", tenant="*"),
+        Reason.BAD_TENANT,
+        "none of # / *",
+    ),
+    (
         "priority-unknown",
         lambda: kafka_record(target="reminders", ms="1", priority="urgent"),
         Reason.BAD_PRIORITY,
@@ -901,3 +921,25 @@ def test_header_values_outside_a_byte_are_bad_headers(
 @given(values=st.lists(st.integers(min_value=-128, max_value=255), max_size=64))
 def test_any_byte_notation_mix_reads_as_those_bytes(values: list[int]) -> None:
     assert _header_value("h", values) == bytes(b & 0xFF for b in values)
+
+
+def test_a_tenant_bound_to_other_delay_topics_is_counted_as_unknown(settings: Settings) -> None:
+    bound = settings.with_overrides(
+        tenant_limits=json.dumps(
+            {"victim": {"ingest_per_second": 5, "topics": ["delay-victim"]}, "*": {}}
+        )
+    )
+    forged = kafka_record(topic="delay-requests", target="reminders", ms="1", tenant="victim")
+    honest = kafka_record(topic="delay-victim", target="reminders", ms="1", tenant="victim")
+    assert parse(forged, bound).tenant == UNKNOWN_TENANT
+    assert parse(honest, bound).tenant == "victim"
+
+
+def test_a_priority_the_tenant_may_not_use_is_rejected(settings: Settings) -> None:
+    bound = settings.with_overrides(tenant_limits=json.dumps({"bulk": {"priorities": ["low"]}}))
+    error = rejected(
+        kafka_record(target="reminders", ms="1", tenant="bulk", priority="high"), bound
+    )
+    assert error.reason is Reason.BAD_PRIORITY
+    assert error.detail == "tenant 'bulk' may not use priority high"
+    assert parse(kafka_record(target="reminders", ms="1", tenant="bulk", priority="low"), bound)

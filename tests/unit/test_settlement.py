@@ -63,6 +63,21 @@ def test_an_outage_longer_than_the_limit_is_dead_lettered_with_the_reason() -> N
     assert "_MSG_TIMED_OUT" in dead.detail
 
 
+def test_a_message_its_cap_had_no_room_for_is_dead_lettered_from_its_last_slot_as_such() -> None:
+    full = Undelivered(Failure.CAP_FULL, "release cap: no room within 900 s")
+    paced = replace(REQUEST, paced_ms=DUE + 600_000)  # a catch-up's slot, 10 minutes on
+    retry = after_failure(
+        paced, Envelope(paced).encode(), full, now_ms=DUE + 3_600_001, settings=SETTINGS
+    )
+    assert isinstance(retry, Retry)  # an hour after due, but not after its last slot
+    dead = after_failure(
+        paced, Envelope(paced).encode(), full, now_ms=DUE + 4_200_001, settings=SETTINGS
+    )
+    assert isinstance(dead, DeadLetter)
+    assert dead.reason == "release-cap-full"
+    assert "after its last release slot" in dead.detail
+
+
 @pytest.mark.parametrize(("attempts", "seconds"), [(1, 2), (2, 4), (5, 32), (6, 60), (20, 60)])
 def test_refusals_back_off_exponentially(attempts: int, seconds: int) -> None:
     assert refusal_backoff_seconds(attempts) == seconds

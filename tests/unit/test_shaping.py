@@ -87,11 +87,22 @@ def counted_store(aws: AwsResources) -> tuple[MessageStore, ClientProxy]:
 def burst(
     tenant: str, count: int, due_ms: int = DUE_S * 1000 + 250, **kw: Any
 ) -> list[DelayRequest]:
+    """``count`` of ``tenant``'s requests, each at its own offset of ``tenant``'s partition."""
     return [
         dataclasses.replace(
-            delay_request(delay_id=f"{tenant}-{i}", due_ms=due_ms), tenant=tenant, **kw
+            delay_request(delay_id=f"{tenant}-{i}", due_ms=due_ms, src=f"delay-{tenant}-0-{i}"),
+            tenant=tenant,
+            **kw,
         )
         for i in range(count)
+    ]
+
+
+def more(tenant: str, count: int, **kw: Any) -> list[DelayRequest]:
+    """Other records of ``tenant``'s: new ids at later offsets."""
+    return [
+        dataclasses.replace(r, delay_id=f"more-{r.delay_id}", src=f"{r.src}00")
+        for r in burst(tenant, count, **kw)
     ]
 
 
@@ -152,34 +163,47 @@ def test_containers_sharing_a_cap_never_exceed_it(aws: AwsResources) -> None:
     assert min(per_second(admitted)) == DUE_S
 
 
-def test_a_container_does_not_claim_seconds_it_found_full_again(aws: AwsResources) -> None:
-    store, proxy = counted_store(aws)
-    shaper = Shaper(store, parse_limits('{"bulk": {"release_per_second": 5}}'))
-    shaper.admit(burst("bulk", 50), NOW_MS, Deadline.after(30))
-    first = len(proxy.calls)
-    assert first == 10  # one claim per second filled
-    shaper.admit(
-        [dataclasses.replace(r, delay_id=f"b-{r.delay_id}") for r in burst("bulk", 5)],
-        NOW_MS,
-        Deadline.after(30),
+def test_a_batch_admitted_again_gets_its_slots_again_and_counts_nothing_more(
+    aws: AwsResources,
+) -> None:
+    limits = parse_limits('{"bulk": {"release_per_second": 5}}')
+    first = Shaper(counted_store(aws)[0], limits).admit(
+        burst("bulk", 12), NOW_MS, Deadline.after(30)
     )
-    assert len(proxy.calls) - first == 2  # the last partly filled second, then the next
+    # Redelivered, to another container, a while later.
+    again = Shaper(counted_store(aws)[0], limits).admit(
+        burst("bulk", 12), NOW_MS + 5_000, Deadline.after(30)
+    )
+    assert again.admitted == first.admitted
+    assert per_second(first.admitted) == {DUE_S: 5, DUE_S + 1: 5, DUE_S + 2: 2}
+    # The counters hold the first attempt's claims only (12, then the 7 and 2 left).
+    counted = [
+        aws.dynamodb.get_item(
+            TableName=aws.settings.table_name,
+            Key={"pk": {"S": f"rate#bulk#{second}"}, "sk": {"S": "-"}},
+        )["Item"]["n"]["N"]
+        for second in range(DUE_S, DUE_S + 3)
+    ]
+    assert counted == ["12", "7", "2"]
 
 
 def test_over_its_quota_a_tenant_is_rejected_and_the_next_second_admits_again(
     store: MessageStore,
 ) -> None:
     shaper = Shaper(store, parse_limits('{"noisy": {"ingest_per_second": 5}}'))
-    first = shaper.admit(burst("noisy", 8), NOW_MS, Deadline.after(30))
+    first = shaper.admit(burst("noisy", 8, ts_ms=NOW_MS), NOW_MS, Deadline.after(30))
     assert [r.delay_id for r in first.admitted] == [f"noisy-{i}" for i in range(5)]
     assert [r.delay_id for r, _ in first.refused] == [f"noisy-{i}" for i in range(5, 8)]
     assert {why for _, why in first.refused} == {
         "tenant 'noisy' is over its ingest quota of 5 messages/s"
     }
     assert first.deferred == 0
-    same_second = shaper.admit(burst("noisy", 2), NOW_MS + 999 - NOW_MS % 1000, Deadline.after(30))
+    # Counted by the records' timestamps, whenever they are ingested.
+    same_second = shaper.admit(
+        more("noisy", 2, ts_ms=NOW_MS + 999 - NOW_MS % 1000), NOW_MS + 5000, Deadline.after(30)
+    )
     assert (len(same_second.admitted), len(same_second.refused)) == (0, 2)
-    next_second = shaper.admit(burst("noisy", 2), NOW_MS + 1000, Deadline.after(30))
+    next_second = shaper.admit(more("noisy", 2, ts_ms=NOW_MS + 1000), NOW_MS, Deadline.after(30))
     assert (len(next_second.admitted), len(next_second.refused)) == (2, 0)
 
 
@@ -272,7 +296,7 @@ def test_on_time_and_uncapped_messages_make_no_claim(aws: AwsResources) -> None:
 def test_late_messages_take_only_the_room_left_from_this_second_on(aws: AwsResources) -> None:
     store, proxy = counted_store(aws)
     # Ingest gave three of this second's five slots to messages on time.
-    store.add_to_counter(f"rate#bulk#{NOW_S}", 3, NOW_S + 60, Deadline.after(30))
+    store.claim_counter(f"rate#bulk#{NOW_S}", 3, "c-ingest", NOW_S + 60, Deadline.after(30))
     proxy.calls.clear()
     plan = Shaper(store, CAPS).catch_up(late("bulk", 9), NOW_MS, Deadline.after(30))
     assert plan.unplaced == {}
@@ -321,7 +345,7 @@ def test_a_tenant_full_for_the_catch_up_spread_is_left_unplaced_then_not_probed_
     monkeypatch.setattr(c, "CATCH_UP_SPREAD_SECONDS", 3)
     store, proxy = counted_store(aws)
     for second in range(NOW_S, NOW_S + 10):
-        store.add_to_counter(f"rate#bulk#{second}", 5, second + 60, Deadline.after(30))
+        store.claim_counter(f"rate#bulk#{second}", 5, "c-ingest", second + 60, Deadline.after(30))
     proxy.calls.clear()
     shaper = Shaper(store, CAPS)
     plan = shaper.catch_up(late("bulk", 1), NOW_MS, Deadline.after(30))

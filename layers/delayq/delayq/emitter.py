@@ -430,7 +430,8 @@ class _EmitRun:
         for index, item in enumerate(ready):
             why = plan.unplaced.get(index)
             if why is not None:
-                self.fail(item, Undelivered(Failure.UNAVAILABLE, f"release cap: {why}"))
+                failure = Failure.CAP_FULL if index in plan.full else Failure.UNAVAILABLE
+                self.fail(item, Undelivered(failure, f"release cap: {why}"))
                 continue
             slot_ms = plan.slots.get(index)
             if slot_ms is not None:

@@ -57,6 +57,9 @@ class Failure(enum.StrEnum):
     REFUSED = "target-refused"
     # Not Kafka's: the claim-check object of the record's value does not exist.
     PAYLOAD_MISSING = "payload-missing"
+    # Not Kafka's: the target is up, but the tenant's release cap had no second with room
+    # (``strict_caps``: its late messages wait for the seconds its on-time messages leave).
+    CAP_FULL = "release-cap-full"
 
 
 @dataclass(frozen=True)

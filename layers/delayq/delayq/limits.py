@@ -11,6 +11,15 @@ A limit left out is no limit. Over its ingest quota, a tenant's messages are rej
 reason ``quota-exceeded`` (``"over_quota": "reject"``, the default) or accepted and released at
 the quota's rate from their due time on (``"defer"``). Parsed once, at cold start; a setting
 that does not parse stops the cold start with the reason.
+
+**Binding tenants to what Kafka authenticates.** ``delay-tenant`` and ``delay-priority`` are
+headers the producer writes. A tenant given ``"topics": [...]`` (the delay topics its
+producers may write: Kafka's topic ACLs authenticate who writes which topic) is only that
+tenant on a record from one of them, and ``"priorities": [...]`` lists the classes it may use
+(a record asking for another is rejected, ``bad-priority``). Once any tenant names its topics,
+every ``delay-tenant`` that is not a named tenant of the record's topic (an unknown name, a
+name from another topic) is counted as :data:`UNKNOWN_TENANT`, one shared bucket under the
+``"*"`` limits: rotating names escapes no cap, and no producer spends another's quota.
 """
 
 from __future__ import annotations
@@ -20,11 +29,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from delayq.constants import PRIORITIES
 from delayq.exceptions import ConfigurationError
 
 __all__ = [
     "ANY_TENANT",
     "OVER_QUOTA_ACTIONS",
+    "UNKNOWN_TENANT",
     "UNLIMITED",
     "Limits",
     "TenantLimits",
@@ -32,8 +43,13 @@ __all__ = [
 ]
 
 ANY_TENANT: Final = "*"
+# Every delay-tenant not bound to the record's topic (once topics are bound); no header can
+# name it (``delay-tenant`` refuses ``*``, ``#`` and ``/``, the characters of internal keys).
+UNKNOWN_TENANT: Final = "*unknown"
 OVER_QUOTA_ACTIONS: Final = ("reject", "defer")
-_FIELDS: Final = frozenset({"release_per_second", "ingest_per_second", "over_quota"})
+_FIELDS: Final = frozenset(
+    {"release_per_second", "ingest_per_second", "over_quota", "topics", "priorities"}
+)
 
 
 @dataclass(frozen=True)
@@ -43,6 +59,10 @@ class Limits:
     release_per_second: int | None = None
     ingest_per_second: int | None = None
     over_quota: str = "reject"
+    # The delay topics this tenant's records may come from (None: any, unbound) and the
+    # priorities it may use (None: any).
+    topics: frozenset[str] | None = None
+    priorities: frozenset[str] | None = None
 
     @property
     def defers(self) -> bool:
@@ -71,6 +91,31 @@ class TenantLimits:
     def any(self) -> bool:
         """Whether any tenant has a limit (else nothing needs counting)."""
         return self.default != UNLIMITED or any(limits != UNLIMITED for _, limits in self.named)
+
+    @property
+    def bound(self) -> bool:
+        """Whether tenants are bound to delay topics (some tenant names its ``topics``)."""
+        return any(limits.topics is not None for _, limits in self.named)
+
+    def tenant_of(self, declared: str, topic: str) -> str:
+        """The tenant a record of delay topic ``topic`` counts as, given its ``delay-tenant``
+        (empty: none, its target topic is its tenant): itself when it is named for
+        ``topic`` (or nothing is bound), else :data:`UNKNOWN_TENANT`."""
+        if not declared or not self.bound:
+            return declared
+        for name, limits in self.named:
+            if name == declared:
+                return (
+                    declared
+                    if limits.topics is None or topic in limits.topics
+                    else (UNKNOWN_TENANT)
+                )
+        return UNKNOWN_TENANT
+
+    def allows_priority(self, tenant: str, priority: str) -> bool:
+        """Whether ``tenant`` may use ``priority`` (unlisted: any)."""
+        allowed = self.of(tenant).priorities
+        return allowed is None or priority in allowed
 
 
 def parse_limits(text: str) -> TenantLimits:
@@ -109,7 +154,22 @@ def _limits(tenant: str, spec: Any) -> Limits:
         _rate(where, spec, "release_per_second"),
         _rate(where, spec, "ingest_per_second"),
         over_quota,
+        _names(where, spec, "topics", None),
+        _names(where, spec, "priorities", PRIORITIES),
     )
+
+
+def _names(
+    where: str, spec: Mapping[str, Any], name: str, allowed: tuple[str, ...] | None
+) -> frozenset[str] | None:
+    value = spec.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+        raise ConfigurationError(f"{where}: {name} must be a non-empty list of names")
+    if allowed is not None and not set(value) <= set(allowed):
+        raise ConfigurationError(f"{where}: {name} must be among {', '.join(allowed)}")
+    return frozenset(value)
 
 
 def _rate(where: str, spec: Mapping[str, Any], name: str) -> int | None:

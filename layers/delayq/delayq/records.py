@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 from functools import cached_property
-from typing import Any
+from typing import Any, Final
 
 from delayq import constants as c
 from delayq.exceptions import MalformedEventError
@@ -323,6 +323,13 @@ def parse_record(record: Any, settings: Settings, now_ms: int) -> ControlRequest
     delay_id = (
         _delay_id(control[c.HEADER_ID], "delay-id") if c.HEADER_ID in control else coordinates
     )
+    limits = settings.limits
+    tenant = limits.tenant_of(_tenant(control.get(c.HEADER_TENANT)), source.topic)
+    priority = _priority(control.get(c.HEADER_PRIORITY))
+    if not limits.allows_priority(tenant or target, priority):
+        raise RejectedRecord(
+            Reason.BAD_PRIORITY, f"tenant {tenant or target!r} may not use priority {priority}"
+        )
     request = DelayRequest(
         delay_id,
         target,
@@ -332,8 +339,8 @@ def parse_record(record: Any, settings: Settings, now_ms: int) -> ControlRequest
         user_headers,
         coordinates,
         ts_ms=source.timestamp_ms,
-        tenant=_tenant(control.get(c.HEADER_TENANT)),
-        priority=_priority(control.get(c.HEADER_PRIORITY)),
+        tenant=tenant,
+        priority=priority,
     )
     if request.size > settings.max_payload_bytes:
         raise RejectedRecord(
@@ -519,12 +526,23 @@ def _tenant(raw: str | None) -> str:
     if raw is None:
         return ""
     value = raw.strip()
-    if not value or len(value) > c.MAX_TENANT_LENGTH or not value.isprintable():
+    if (
+        not value
+        or len(value) > c.MAX_TENANT_LENGTH
+        or not value.isprintable()
+        or any(ch in value for ch in _KEY_CHARACTERS)
+    ):
         raise RejectedRecord(
             Reason.BAD_TENANT,
-            f"delay-tenant must be 1..{c.MAX_TENANT_LENGTH} printable characters",
+            f"delay-tenant must be 1..{c.MAX_TENANT_LENGTH} printable characters, "
+            f"none of {' '.join(_KEY_CHARACTERS)}",
         )
     return value
+
+
+# Characters of the table's internal keys (``rate#<tenant>/deferred#<second>``) and of the
+# limits' own names (``*``): a tenant named with one could share another's counters.
+_KEY_CHARACTERS: Final = ("#", "/", "*")
 
 
 def _priority(raw: str | None) -> str:

@@ -16,6 +16,11 @@ to the delay queue's dead-letter queue with its reason). The rule depends on why
     after 2, 4, 8 ... s and dead-lettered at its ``delivery_max_attempts``-th refusal.
 ``payload-missing``
     The claim-check object is not there: no retry can bring it back; dead-lettered at once.
+``release-cap-full``
+    The target is up, but the tenant's release cap had no room for a late message within
+    ``CATCH_UP_SPREAD_SECONDS`` (``strict_caps``). Retried like an outage; dead-lettered with
+    this reason ``target_outage_max_seconds`` after its last placement (the release slot
+    ingest or a catch-up gave it), never as ``target-unavailable``.
 
 A message that is only early (too early to hold in this invocation) is retried at its due
 time, like any delay message.
@@ -93,11 +98,12 @@ def after_failure(
     if failure.failure is Failure.PAYLOAD_MISSING:
         return DeadLetter(str(Failure.PAYLOAD_MISSING), failure.detail)
     if now_ms - request.release_at_ms > settings.target_outage_max_seconds * 1000:
+        since = "its last release slot" if failure.failure is Failure.CAP_FULL else "due"
         detail = (
-            f"not delivered {settings.target_outage_max_seconds} s after due; "
+            f"not delivered {settings.target_outage_max_seconds} s after {since}; "
             f"last: {failure.detail}"
         )
-        return DeadLetter(str(Failure.UNAVAILABLE), detail)
+        return DeadLetter(str(failure.failure), detail)
     delay = outage_backoff_seconds(request, now_ms)
     return Retry(QueueEntry(delay, entry_text, request.offloaded_bytes, request.priority))
 

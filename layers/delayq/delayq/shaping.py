@@ -9,7 +9,8 @@ floods the delay queue: it becomes visible at the rate the cap allows, and the o
 messages due meanwhile do not wait behind it. The time a message waits for its slot is its
 ``cap delay``, counted apart from lateness (``producing.Delivery``).
 
-**Ingest quota.** A tenant's messages accepted in one second of ingest are counted; over
+**Ingest quota.** A tenant's messages written in one second (their records' timestamps, so
+that a redelivered batch is counted in the same seconds) are counted; over
 ``ingest_per_second``, the rest of them are rejected with reason ``quota-exceeded`` (original
 bytes kept, as for every reject) or, with ``"over_quota": "defer"``, accepted and given slots
 at the quota's rate from their due time on (from the release cap's counters, at most the cap,
@@ -18,8 +19,18 @@ when the tenant also has one).
 Both are DynamoDB counters (``rate#<tenant>#<second>``, ``quota#<tenant>#<second>``), one
 atomic ``ADD`` per tenant and second touched per batch, only for tenants that have a limit. A
 counter an add overshot (several batches at once) grants nothing more: the limit is never
-exceeded, and a retried add only makes it stricter. Each container remembers the last second
-it found full per tenant, so a long burst does not walk over its full seconds again.
+exceeded. The quota counts the seconds of the records' own timestamps (the delay topic's
+clock), not ingest's clock.
+
+**Replays.** Every add is a claim (:meth:`MessageStore.claim_counter`) named after the
+records it counts (their coordinates and ids), the counter and the second: the add keeps the
+counter's value before it under that name, so a claim made again (a lost response retried, a
+redelivered batch) adds nothing and answers as the first time did. Decisions depend only on
+the records and on those answers (no container memory: admission makes the same claims in
+the same order), so a redelivered batch is admitted, refused and deferred as its first
+attempt was, and gets the same release slots: a message is stored once, and a record kept is
+never also rejected. A redelivered batch holding other records than the first attempt of the
+same tenant and second makes other claims: counted again (stricter, never over a limit).
 
 **While the pipeline catches up** (after a target outage, behind a backlog), a capped
 tenant's messages whose release second has passed would all go out at once. With
@@ -33,8 +44,9 @@ more than the cap. Messages on time make no call: the normal path costs nothing.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from delayq import buckets
@@ -141,11 +153,14 @@ class CatchUp:
 
     slots: dict[int, int] = field(default_factory=dict)
     unplaced: dict[int, str] = field(default_factory=dict)
+    # Of the unplaced: those whose cap had no room (the others' counter could not be reached).
+    full: set[int] = field(default_factory=set)
 
 
 @dataclass
 class Shaper:
-    """Applies the tenant limits at ingest; one per container (it remembers full seconds)."""
+    """Applies the tenant limits; one per container (the emitter's catch-up remembers the
+    seconds it found full; admission remembers nothing, so that a replay decides the same)."""
 
     store: MessageStore
     limits: TenantLimits
@@ -153,16 +168,18 @@ class Shaper:
 
     def admit(self, requests: Sequence[DelayRequest], now_ms: int, deadline: Deadline) -> Admission:
         """Count quotas, then give capped tenants their release slots. Requests of tenants
-        without limits pass unchanged and cost nothing."""
+        without limits pass unchanged and cost nothing. The same requests admitted again
+        (a redelivered batch) get the same decisions and slots; ``now_ms`` is not used for
+        them (the quota counts the records' timestamps)."""
         admission = Admission()
         by_tenant: dict[str, list[DelayRequest]] = {}
-        for request in requests:
+        for request in sorted(requests, key=record_order):
             by_tenant.setdefault(request.owner, []).append(request)
         for tenant, mine in by_tenant.items():
             limits = self.limits.of(tenant)
             within, over = mine, list[DelayRequest]()
             if limits.ingest_per_second is not None:
-                within, over = self._quota(tenant, mine, limits.ingest_per_second, now_ms, deadline)
+                within, over = self._quota(tenant, mine, limits.ingest_per_second, deadline)
             if limits.release_per_second is not None:
                 within = self._release(
                     f"{c.RATE_PK_PREFIX}{tenant}",
@@ -177,7 +194,7 @@ class Shaper:
                     # Deferred messages are the tenant's too: they take slots of its cap (never
                     # over it), at the lower of the two rates.
                     key, rate = f"{c.RATE_PK_PREFIX}{tenant}", min(rate, limits.release_per_second)
-                within += self._release(key, over, rate, deadline, admission)
+                within += self._release(key, over, rate, deadline, admission, purpose="deferred")
                 admission.deferred += len(over)
             elif over:
                 detail = (
@@ -194,16 +211,20 @@ class Shaper:
         tenant: str,
         requests: list[DelayRequest],
         per_second: int,
-        now_ms: int,
         deadline: Deadline,
     ) -> tuple[list[DelayRequest], list[DelayRequest]]:
-        second = buckets.due_second(now_ms)
-        pk = f"{c.QUOTA_PK_PREFIX}{tenant}#{second}"
-        after = self.store.add_to_counter(
-            pk, len(requests), second + c.COUNTER_KEEP_SECONDS, deadline
-        )
-        room = max(0, per_second - (after - len(requests)))
-        return requests[:room], requests[room:]
+        """``(within, over)`` the quota, counted per second of the records' timestamps, in
+        record order."""
+        within: list[DelayRequest] = []
+        over: list[DelayRequest] = []
+        for second, same in itertools.groupby(requests, key=lambda r: r.ts_ms // 1000):
+            group = list(same)
+            claim = self._claim(deadline, _tag("quota", group))
+            after = claim(f"{c.QUOTA_PK_PREFIX}{tenant}", second, len(group))
+            room = max(0, per_second - (after - len(group)))
+            within += group[:room]
+            over += group[room:]
+        return within, over
 
     def _release(
         self,
@@ -212,28 +233,25 @@ class Shaper:
         per_second: int,
         deadline: Deadline,
         admission: Admission,
+        *,
+        purpose: str = "release",
     ) -> list[DelayRequest]:
-        """Give each request a release slot, in due order (ties: ingest order); those that
-        get none are refused in ``admission``."""
-
-        claim = self._claim(deadline)
+        """Give each request a release slot, in due order (ties: record order); those that
+        get none are refused in ``admission``. The probe starts at each group's due second
+        (no container memory), so a replay makes the same claims."""
         out: list[DelayRequest] = []
-        ordered = sorted(requests, key=lambda r: r.due_ms)
+        ordered = sorted(requests, key=lambda r: (r.due_ms, record_order(r)))
         for second, same in itertools.groupby(ordered, key=lambda r: buckets.due_second(r.due_ms)):
             group = list(same)
-            # Seconds this container already found full are not claimed again.
-            start = self._full.get(key, second - 1) + 1
+            claim = self._claim(deadline, _tag(purpose, group))
             try:
-                slots = release_slots(
-                    claim, key, second, len(group), per_second, first_second=start
-                )
+                slots = release_slots(claim, key, second, len(group), per_second)
             except NoReleaseSlotError as e:
                 admission.refused += [(r, str(e)) for r in group]
                 continue
             for slot, count in slots:
                 out.extend(_released(r, slot) for r in group[:count])
                 group = group[count:]
-                self._full[key] = max(self._full.get(key, slot - 1), slot - 1)
         return out
 
     def catch_up(
@@ -254,10 +272,11 @@ class Shaper:
             if cap is not None:
                 late.setdefault((request.owner, cap), []).append(index)
         now_second = buckets.due_second(now_ms)
-        claim = self._claim(deadline)
         for (tenant, per_second), indexes in late.items():
             key = f"{c.RATE_PK_PREFIX}{tenant}"
             indexes.sort(key=lambda i: requests[i].release_at_ms)
+            tag = _tag(f"catch-up#{now_second}", (requests[i] for i in indexes))
+            claim = self._claim(deadline, tag)
             start = max(now_second, self._full.get(key, now_second - 1) + 1)
             try:
                 slots = release_slots(
@@ -272,6 +291,7 @@ class Shaper:
             except NoReleaseSlotError as e:
                 self._full[key] = max(self._full.get(key, e.last_full), e.last_full)
                 out.unplaced.update((i, str(e)) for i in indexes)
+                out.full.update(indexes)
                 continue
             except DelayQueueError as e:
                 out.unplaced.update((i, str(e)) for i in indexes)
@@ -282,14 +302,39 @@ class Shaper:
                 self._full[key] = max(self._full.get(key, second - 1), second - 1)
         return out
 
-    def _claim(self, deadline: Deadline) -> Claim:
-        """Claims on the store's counters (``<key>#<second>``, kept a day after it)."""
+    def _claim(self, deadline: Deadline, tag: str) -> Claim:
+        """Claims on the store's counters (``<key>#<second>``, kept a day after it), each
+        made once per ``tag`` (the records it counts), counter and amount."""
 
         def claim(counter: str, second: int, amount: int) -> int:
             expires = second + c.COUNTER_KEEP_SECONDS
-            return self.store.add_to_counter(f"{counter}#{second}", amount, expires, deadline)
+            name = _claim_name(tag, counter, second, amount)
+            return self.store.claim_counter(f"{counter}#{second}", amount, name, expires, deadline)
 
         return claim
+
+
+def record_order(request: DelayRequest) -> tuple[int, str, int, str]:
+    """The records' own order (invariant 12): timestamp, then partition and offset (then id,
+    for a reschedule's copies and records without coordinates)."""
+    head, _, offset = request.src.rpartition("-")
+    if head and offset.isdigit():
+        return request.ts_ms, head, int(offset), request.delay_id
+    return request.ts_ms, request.src, -1, request.delay_id
+
+
+def _tag(purpose: str, requests: Iterable[DelayRequest]) -> str:
+    """A digest naming what a group of claims counts: the purpose and the records."""
+    digest = hashlib.blake2b(purpose.encode(), digest_size=16)
+    for r in requests:
+        digest.update(b"\0" + r.src.encode() + b"\0" + r.delay_id.encode())
+    return digest.hexdigest()
+
+
+def _claim_name(tag: str, counter: str, second: int, amount: int) -> str:
+    """The attribute that records one claim on a counter item (20 bytes)."""
+    raw = f"{tag}|{counter}|{second}|{amount}".encode()
+    return "c" + hashlib.blake2b(raw, digest_size=8).hexdigest()
 
 
 def _released(request: DelayRequest, slot_second: int) -> DelayRequest:

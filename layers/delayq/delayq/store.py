@@ -477,26 +477,54 @@ class MessageStore:
             return False
         return True
 
-    def add_to_counter(self, pk: str, amount: int, expires_s: int, deadline: Deadline) -> int:
-        """Add ``amount`` to the counter item ``pk`` (created at 0); returns the new value.
-        Atomic: concurrent adds never lose one another."""
-        response = self._call(
-            "add to counter",
-            lambda: self._client.update_item(
+    def claim_counter(
+        self, pk: str, amount: int, claim: str, expires_s: int, deadline: Deadline
+    ) -> int:
+        """Add ``amount`` to the counter item ``pk`` once per ``claim`` (an attribute name
+        that identifies the records counted); returns the value after the claim's add, the
+        same on every replay of it (a lost response, a redelivered batch): the counter as it
+        was before the claim is kept in the ``claim`` attribute by the add itself. A replay
+        costs one failed conditional write and one strongly consistent read."""
+        expression = (
+            "SET #c = if_not_exists(#n, :zero), kind = :kind, #ttl = :expires ADD #n :amount"
+        )
+        try:
+            response = self._call(
+                "claim counter",
+                lambda: self._client.update_item(
+                    TableName=self._table,
+                    Key={c.ATTR_PK: {"S": pk}, c.ATTR_SK: {"S": "-"}},
+                    UpdateExpression=expression,
+                    ConditionExpression="attribute_not_exists(#c)",
+                    ExpressionAttributeNames={"#n": "n", "#c": claim, "#ttl": c.ATTR_TTL},
+                    ExpressionAttributeValues={
+                        ":amount": {"N": str(amount)},
+                        ":zero": {"N": "0"},
+                        ":kind": {"S": c.KIND_COUNTER},
+                        ":expires": {"N": str(expires_s)},
+                    },
+                    ReturnValues="UPDATED_NEW",
+                ),
+                deadline,
+            )
+        except StoreError as e:
+            if not condition_failed(e):
+                raise
+        else:
+            return int(response["Attributes"]["n"]["N"])
+        # Claimed before (its response was lost, or the batch is a replay).
+        item = self._call(
+            "read counter claim",
+            lambda: self._client.get_item(
                 TableName=self._table,
                 Key={c.ATTR_PK: {"S": pk}, c.ATTR_SK: {"S": "-"}},
-                UpdateExpression="ADD #n :amount SET kind = :kind, #ttl = :expires",
-                ExpressionAttributeNames={"#n": "n", "#ttl": c.ATTR_TTL},
-                ExpressionAttributeValues={
-                    ":amount": {"N": str(amount)},
-                    ":kind": {"S": c.KIND_COUNTER},
-                    ":expires": {"N": str(expires_s)},
-                },
-                ReturnValues="UPDATED_NEW",
+                ConsistentRead=True,
+                ProjectionExpression="#c",
+                ExpressionAttributeNames={"#c": claim},
             ),
             deadline,
         )
-        return int(response["Attributes"]["n"]["N"])
+        return int(item["Item"][claim]["N"]) + amount
 
     def put_item(self, item: Item, deadline: Deadline) -> None:
         """One plain PutItem (stats items)."""
