@@ -12,7 +12,8 @@ import pytest
 from botocore.exceptions import ReadTimeoutError
 
 from delayq import constants as c
-from delayq.runtime import client
+from delayq.redrive import MAX_WAIT_SECONDS
+from delayq.runtime import client, redrive_services
 from delayq.settings import Settings
 
 
@@ -81,3 +82,18 @@ def test_a_call_to_an_endpoint_that_never_answers_fails_once_within_the_read_tim
         sqs.list_queues()
     assert time.monotonic() - started < 3
     assert len(hanging_endpoint) == 1  # no retry underneath the layer's own
+
+
+def test_a_redrive_s_queue_client_reads_past_its_longest_poll(aws_credentials: None) -> None:
+    settings = Settings(
+        region="eu-west-1",
+        table_name="t",
+        delay_queue_url="https://sqs/delay",
+        reject_queue_url="https://sqs/rejects",
+        payload_bucket="b",
+    )
+    services = redrive_services(settings)
+    assert services.sqs.meta.config.read_timeout == (
+        c.DEFAULT_AWS_READ_TIMEOUT_SECONDS + MAX_WAIT_SECONDS
+    )
+    assert services.s3.meta.config.read_timeout == c.DEFAULT_AWS_READ_TIMEOUT_SECONDS

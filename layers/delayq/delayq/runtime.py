@@ -198,11 +198,13 @@ def emitter_services(settings: Settings) -> EmitterServices:
 def redrive_services(settings: Settings) -> RedriveServices:
     """What a redrive (``delayq redrive``) uses: its source queue, the oversize rejected
     records, and ingest's destinations (table, queues and bucket must be set). Imported here:
-    only the operators' command needs it, and every handler imports this module."""
-    from delayq.redrive import RedriveServices  # noqa: PLC0415
+    only the operators' command needs it, and every handler imports this module. Its SQS
+    client reads for a long poll's wait longer than the other calls' read timeout."""
+    from delayq.redrive import MAX_WAIT_SECONDS, RedriveServices  # noqa: PLC0415
 
+    read_timeout = settings.aws_read_timeout_seconds + MAX_WAIT_SECONDS
     return RedriveServices(
-        sqs=client("sqs", settings),
+        sqs=client("sqs", settings.with_overrides(aws_read_timeout_seconds=read_timeout)),
         s3=client("s3", settings),
         ingest=ingest_services(settings),
     )
