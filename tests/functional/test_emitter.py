@@ -155,10 +155,11 @@ def test_an_outage_longer_than_the_limit_is_dead_lettered_with_its_reason(p: Pip
 def test_when_nothing_can_be_sent_back_the_message_fails_with_a_short_back_off(
     p: Pipeline,
 ) -> None:
-    # The re-queue itself fails: SQS brings the message back after 2, 4, 8 ... s (by its
-    # receive count), not after the visibility timeout, and counts it towards the DLQ.
+    # The re-queue itself keeps failing (out of retries): SQS brings the message back after
+    # 2, 4, 8 ... s (by its receive count), not after the visibility timeout, and counts it
+    # towards the DLQ. (A refusal is dead-lettered instead: test_emitter_bundles.)
     def send_message_batch(**_: object) -> object:
-        raise client_error("AccessDenied", status=403)
+        raise client_error("ServiceUnavailable", status=503)
 
     p.producer.unavailable = True
     p.aws.sqs.send_message(QueueUrl=p.settings.delay_queue_url, MessageBody="x")

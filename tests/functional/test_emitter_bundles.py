@@ -219,11 +219,13 @@ def test_a_payload_that_cannot_be_read_goes_back_alone_as_it_came(orders_only: P
     assert entry.text == Envelope(gone).encode()
 
 
-def test_when_sending_back_fails_the_original_is_reported_failed(orders_only: Pipeline) -> None:
+def test_when_sending_back_keeps_failing_the_original_is_reported_failed(
+    orders_only: Pipeline,
+) -> None:
     orders_only.producer = FakeProducer(fail_topics={"orders.lost"}, clock=orders_only.clock)
 
     def refuse(**_: Any) -> Any:
-        raise client_error("AccessDenied", status=403, operation="SendMessageBatch")
+        raise client_error("ServiceUnavailable", status=503, operation="SendMessageBatch")
 
     refusing = SqsQueue(
         as_sqs_client(ClientProxy(orders_only.aws.sqs, send_message_batch=refuse)),
@@ -235,7 +237,53 @@ def test_when_sending_back_fails_the_original_is_reported_failed(orders_only: Pi
     # Reported failed: SQS delivers the bundle again, and "ok" a second time (same delay-id).
     # The back-off follows the receive count (2 s at the first receive).
     assert (len(result.failed), result.requeued, produced_ids(orders_only)) == (1, 0, ["ok"])
-    assert any("sending undelivered messages back failed" in e for e in result.errors)
+    assert any("not sent back" in e for e in result.errors)
+
+
+def test_a_message_the_delay_queue_refuses_back_is_dead_lettered_alone(
+    orders_only: Pipeline,
+) -> None:
+    # Kafka refuses "lost" and the delay queue refuses to take it back (AccessDenied): it is
+    # settled alone, so its bundle-mates, already produced, are not produced again however
+    # often SQS would bring the bundle back.
+    orders_only.producer = FakeProducer(fail_topics={"orders.lost"}, clock=orders_only.clock)
+
+    def refuse(**_: Any) -> Any:
+        raise client_error("AccessDenied", status=403, operation="SendMessageBatch")
+
+    refusing = SqsQueue(
+        as_sqs_client(ClientProxy(orders_only.aws.sqs, send_message_batch=refuse)),
+        orders_only.settings.delay_queue_url,
+        no_sleep_backoff(),
+    )
+    lost = request("lost", target="orders.lost")
+    batch = [bundle(orders_only, request("ok-1"), lost, request("ok-2"))]
+    for receive in range(1, 11):  # SQS's maxReceiveCount: at most 10 receives
+        event = sqs_event(batch, receive)
+        result = emit_batch(
+            messages_from_event(event),
+            settings=orders_only.settings,
+            services=orders_only.emitter_services(
+                delay_queue=DelayQueue(refusing, orders_only.settings.emit_lead_ms)
+            ),
+            clock=orders_only.clock,
+            sleep=orders_only.clock.sleep,
+            deadline=orders_only.deadline(),
+        )
+        if not result.failed:
+            break
+        orders_only.clock.advance(2**receive * 1000)
+
+    assert result.failed == []
+    assert Counter(produced_ids(orders_only)) == Counter({"ok-1": 1, "ok-2": 1})
+    [[entry]] = [decode_body(x.body) for x in orders_only.dead_lettered()]
+    assert entry.request is not None
+    assert (entry.request.delay_id, entry.request.attempts) == ("lost", 1)
+    dead = json.loads(entry.text)["dead_letter"]
+    assert dead["reason"] == "target-refused"
+    assert "AccessDenied" in dead["detail"]
+    # The original bytes are all there: the envelope, plus its attempts and why.
+    assert entry.request.value == lost.value
 
 
 def test_what_the_deadline_leaves_unproduced_goes_back_to_the_queue(orders_only: Pipeline) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +18,7 @@ from delayq.ingest import IngestServices
 from delayq.queues import DelayQueue, RejectQueue, SqsQueue
 from delayq.records import DelayRequest, Reason
 from delayq.redrive import RedriveReport, RedriveServices, RedriveSource, redrive
-from delayq.retry import Deadline
+from delayq.retry import Backoff, Deadline
 from delayq.runtime import redrive_services
 from delayq.store import MessageStore, message_item
 from testkit.aws import as_dynamodb_client, as_sqs_client
@@ -624,3 +625,37 @@ def test_the_limit_counts_failed_batches(p: Pipeline) -> None:
     report = run(p, CLEANUP_FAILURES, limit=1)
     assert report.moved == 1
     assert len(failed_keys(p)) == 1
+
+
+def test_a_redrive_gives_up_on_a_batch_before_its_hold_ends(p: Pipeline) -> None:
+    # A send throttled without end: its retries stop one call's longest time before the hold
+    # ends, so no delete runs with a receipt handle another reader may have replaced (that
+    # message would stay and be moved again by a later run). It stays, not moved, for later.
+    attempts_ms: list[int] = []
+
+    def throttled(**_: Any) -> Any:
+        attempts_ms.append(p.clock())
+        raise client_error("ThrottlingException", status=400, operation="SendMessageBatch")
+
+    backoff = Backoff(max_attempts=200, sleep=p.clock.sleep, rng=random.Random(7))
+    delay_queue = DelayQueue(
+        SqsQueue(
+            as_sqs_client(ClientProxy(p.sqs, send_message_batch=throttled)),
+            p.settings.delay_queue_url,
+            backoff,
+        ),
+        p.settings.emit_lead_ms,
+    )
+    ingest = IngestServices(p.store, delay_queue, p.rejects, p.payloads)
+    dead_letter(p, delay_request(delay_id="slow"))
+    started_ms = p.clock()
+
+    report = run(p, DLQ, services=services(p, ingest=ingest), hold_seconds=30)
+
+    call_ms = int(
+        (p.settings.aws_connect_timeout_seconds + p.settings.aws_read_timeout_seconds) * 1000
+    )
+    assert attempts_ms
+    assert max(attempts_ms) <= started_ms + 30_000 - call_ms
+    assert (report.moved, report.failed) == (0, 1)
+    assert counts(p, dlq(p)) == (1, 0)  # released, to be moved by a later run

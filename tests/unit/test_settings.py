@@ -19,7 +19,7 @@ DOCUMENTED_DEFAULT = re.compile(r"^\| `(DELAYQ_\w+)` \| `?([\w.]+)`? \|", re.MUL
 def test_defaults_are_the_documented_ones() -> None:
     table = DOCUMENTED_DEFAULT.findall((ROOT / "docs" / "internals.md").read_text())
     documented = {var: value for var, value in table if value != "empty"}
-    assert len(documented) == 24  # the numeric defaults and the Kafka security mode
+    assert len(documented) == 26  # the numeric defaults and the Kafka security mode
     assert Settings.from_env(documented) == Settings()
 
 
@@ -47,6 +47,8 @@ def test_from_env_reads_every_variable_with_its_type() -> None:
         "DELAYQ_KAFKA_SECRET_ARN": "arn:aws:secretsmanager:us-east-1:1:secret:k",
         "DELAYQ_KAFKA_CA_LOCATION": "/etc/ca.pem",
         "DELAYQ_KAFKA_TIMEOUT_SECONDS": "2.5",
+        "DELAYQ_AWS_CONNECT_TIMEOUT_SECONDS": "1",
+        "DELAYQ_AWS_READ_TIMEOUT_SECONDS": "4.5",
         "DELAYQ_STATS_FLUSH_MESSAGES": "1",
         "DELAYQ_SCHEDULER_PAGE_ITEMS": "25",
         "DELAYQ_INGEST_TIMEOUT_SECONDS": "10",
@@ -80,6 +82,8 @@ def test_from_env_reads_every_variable_with_its_type() -> None:
         kafka_secret_arn="arn:aws:secretsmanager:us-east-1:1:secret:k",
         kafka_ca_location="/etc/ca.pem",
         kafka_timeout_seconds=2.5,
+        aws_connect_timeout_seconds=1.0,
+        aws_read_timeout_seconds=4.5,
         stats_flush_messages=1,
         scheduler_page_items=25,
         ingest_timeout_seconds=10,

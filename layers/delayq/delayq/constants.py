@@ -38,6 +38,8 @@ __all__ = [
     "CANCEL_PK_PREFIX",
     "CATCH_UP_SPREAD_SECONDS",
     "COUNTER_KEEP_SECONDS",
+    "DEFAULT_AWS_CONNECT_TIMEOUT_SECONDS",
+    "DEFAULT_AWS_READ_TIMEOUT_SECONDS",
     "DEFAULT_BUNDLE_MAX_BYTES",
     "DEFAULT_BUNDLE_MAX_MESSAGES",
     "DEFAULT_DELIVERY_LOG_RATE",
@@ -67,6 +69,8 @@ __all__ = [
     "EMIT_RESERVE_SECONDS",
     "EMIT_RETRY_MAX_SECONDS",
     "ENV_ALLOWED_TARGETS",
+    "ENV_AWS_CONNECT_TIMEOUT_SECONDS",
+    "ENV_AWS_READ_TIMEOUT_SECONDS",
     "ENV_AWS_REGION",
     "ENV_BUNDLE_MAX_BYTES",
     "ENV_BUNDLE_MAX_MESSAGES",
@@ -188,6 +192,8 @@ ENV_KAFKA_SECURITY: Final = "DELAYQ_KAFKA_SECURITY"
 ENV_KAFKA_SECRET_ARN: Final = "DELAYQ_KAFKA_SECRET_ARN"  # noqa: S105 -- a variable name
 ENV_KAFKA_CA_LOCATION: Final = "DELAYQ_KAFKA_CA_LOCATION"
 ENV_KAFKA_TIMEOUT_SECONDS: Final = "DELAYQ_KAFKA_TIMEOUT_SECONDS"
+ENV_AWS_CONNECT_TIMEOUT_SECONDS: Final = "DELAYQ_AWS_CONNECT_TIMEOUT_SECONDS"
+ENV_AWS_READ_TIMEOUT_SECONDS: Final = "DELAYQ_AWS_READ_TIMEOUT_SECONDS"
 ENV_STATS_FLUSH_MESSAGES: Final = "DELAYQ_STATS_FLUSH_MESSAGES"
 ENV_SCHEDULER_PAGE_ITEMS: Final = "DELAYQ_SCHEDULER_PAGE_ITEMS"
 ENV_BUNDLE_MAX_BYTES: Final = "DELAYQ_BUNDLE_MAX_BYTES"
@@ -252,6 +258,12 @@ DEFAULT_TTL_GRACE_SECONDS: Final = 24 * 3600
 DEFAULT_EMIT_LEAD_MS: Final = 1500
 DEFAULT_MAX_HOLD_MS: Final = 3000
 DEFAULT_KAFKA_TIMEOUT_SECONDS: Final = 10.0
+# Every AWS call is one attempt (botocore's retries off: the layer's own retries count them,
+# within the deadline) bounded by these: a call cannot take effect long after its caller
+# stopped counting on it. The read timeout bounds each socket read (not a whole 1 MB S3 put,
+# whose upload is not a read) and must exceed any long poll (a redrive's WaitTimeSeconds).
+DEFAULT_AWS_CONNECT_TIMEOUT_SECONDS: Final = 2.0
+DEFAULT_AWS_READ_TIMEOUT_SECONDS: Final = 5.0
 # The ingest function's timeout (the template sets the function and this variable from one
 # value): ingest must finish a batch within horizon - look-ahead (see Settings).
 DEFAULT_INGEST_TIMEOUT_SECONDS: Final = 60

@@ -17,9 +17,11 @@ What was not delivered is settled message by message (``delayq.settlement``): pu
 delay queue (not due yet, the target unreachable, a refusal below the attempt limit) or
 dead-lettered with its reason (refused too often, unreachable for too long, its payload gone).
 Both are sends; once they succeed the SQS message counts as done, so the messages of it that
-were delivered are not delivered again. Only when such a send fails is the SQS message
-reported failed (visible again after a short back-off: 2, 4, 8 ... s by receive count); its
-delivered messages may then be delivered twice, with the same ``delay-id``.
+were delivered are not delivered again. A message the delay queue refuses to take back is
+settled alone: dead-lettered with its own reason and its envelope (with its attempts). Only
+when a send keeps failing (out of retries or time, or the dead-letter queue refusing) is the
+SQS message reported failed (visible again after a short back-off: 2, 4, 8 ... s by receive
+count); its delivered messages may then be delivered twice, with the same ``delay-id``.
 
 Nothing after a delivery can fail the batch: the statistics write, the re-queue and the
 visibility change report their errors and go on. Offloaded values are fetched as they are
@@ -47,6 +49,7 @@ from delayq.exceptions import (
     MalformedEventError,
     PayloadMissingError,
     PayloadStoreError,
+    RetriesExhaustedError,
 )
 from delayq.kafka import Failure, KafkaDelivery, Undelivered
 from delayq.payloads import PayloadStore
@@ -204,6 +207,21 @@ def _entry(delay_seconds: int, text: str, request: DelayRequest | None) -> Queue
     return QueueEntry(delay_seconds, text, request.offloaded_bytes, request.priority)
 
 
+#: The dead-letter reason of a message the delay queue refused to take back that had no
+#: failure of its own (not due yet, its reject not sent).
+REQUEUE_REFUSED = "requeue-refused"
+
+
+@dataclass(frozen=True)
+class _Retry:
+    """A delay message to put back, with the reason it is dead-lettered under if the delay
+    queue refuses it (its own failure, or ``REQUEUE_REFUSED``) and why it was going back."""
+
+    entry: QueueEntry
+    reason: str = REQUEUE_REFUSED
+    why: str = "not due yet"
+
+
 @dataclass
 class _SqsMessageState:
     """One SQS message of the batch and what became of its delay messages."""
@@ -211,7 +229,7 @@ class _SqsMessageState:
     message: QueuedMessage
     size: int = 0  # delay messages in it (entries of a bundle)
     settled: int = 0  # delivered, cancelled, rejected: done for good
-    retries: list[QueueEntry] = field(default_factory=list)
+    retries: list[_Retry] = field(default_factory=list)
     # Dead-letter envelopes, each placed as its message was (its priority's delay queue if
     # the dead-letter send fails and it goes back).
     dead: list[QueueEntry] = field(default_factory=list)
@@ -384,7 +402,8 @@ class _EmitRun:
                 if entry is None:
                     state.failed = True
                 else:
-                    state.retries.append(_entry(0, entry.text, entry.request))
+                    why = f"reject queue: {e}"
+                    state.retries.append(_Retry(_entry(0, entry.text, entry.request), why=why))
             return
         self.result.rejected = len(self.rejections)
         for state, _, _ in self.rejections:
@@ -519,7 +538,8 @@ class _EmitRun:
             request, item.entry.text, failure, now_ms=now_ms, settings=self.settings
         )
         if isinstance(step, Retry):
-            state.retries.append(step.entry)
+            why = f"{failure.failure}: {failure.detail}"
+            state.retries.append(_Retry(step.entry, str(failure.failure), why))
         else:
             text = dead_letter_text(item.entry.text, step.reason, step.detail, now_ms)
             state.dead.append(_entry(0, text, request))
@@ -529,12 +549,16 @@ class _EmitRun:
         step = when_due(
             item.request, item.entry.text, now_ms=now_ms, lead_ms=self.settings.emit_lead_ms
         )
-        self.states[item.message.message_id].retries.append(step.entry)
+        self.states[item.message.message_id].retries.append(_Retry(step.entry))
 
     def settle(self) -> None:
         """Decide each SQS message's fate: done, or failed as a whole. Dead letters are sent
         first (if that fails they are retried like the others, in a minute), then everything
-        to retry in one send; an SQS message whose sends failed is reported failed."""
+        to retry in one send. A message the delay queue refuses is settled alone: dead-lettered
+        with its own reason and its envelope (its attempts), so the SQS message is done and its
+        delivered messages are not delivered again. Only an SQS message with a send still
+        failing (out of retries or time, or the dead-letter queue refusing) is reported
+        failed, to come back whole."""
         pending = [s for s in self.states.values() if not s.failed and (s.retries or s.dead)]
         self.result.failed.extend(s.message.message_id for s in self.states.values() if s.failed)
         dead = [(state, entry) for state in pending for entry in state.dead]
@@ -545,22 +569,35 @@ class _EmitRun:
             except DelayQueueError as e:
                 self.result.errors.append(f"dead-letter queue: {e}")
                 for state, entry in dead:
-                    state.retries.append(
-                        dataclasses.replace(entry, delay_seconds=c.EMIT_RETRY_MAX_SECONDS)
-                    )
-        resend = [s for s in pending if s.retries]
-        if not resend:
+                    back = dataclasses.replace(entry, delay_seconds=c.EMIT_RETRY_MAX_SECONDS)
+                    state.retries.append(_Retry(back, why=f"dead-letter queue: {e}"))
+        retries = [(state, retry) for state in pending for retry in state.retries]
+        if not retries:
             return
-        try:
-            self.services.delay_queue.send_entries(
-                [e for s in resend for e in s.retries], self.deadline
-            )
-        except DelayQueueError as e:
-            self.result.errors.append(f"sending undelivered messages back failed: {e}")
-            for state in resend:
+        owners = {id(retry.entry): (state, retry) for state, retry in retries}
+        unsent = self.services.delay_queue.send_each([r.entry for _, r in retries], self.deadline)
+        self.result.requeued += len(retries) - len(unsent)
+        failed: set[str] = set()
+        refused: list[tuple[_SqsMessageState, QueueEntry]] = []
+        for entry, error in unsent:
+            state, retry = owners[id(entry)]
+            self.result.errors.append(f"{state.message.message_id}: not sent back: {error}")
+            if isinstance(error, RetriesExhaustedError):
+                failed.add(state.message.message_id)
+                continue
+            detail = f"the delay queue refused it back ({error}); going back for: {retry.why}"
+            text = dead_letter_text(entry.text, retry.reason, detail, self.clock())
+            refused.append((state, dataclasses.replace(entry, delay_seconds=0, text=text)))
+        if refused:
+            try:
+                self.services.dead_letters.send_entries([e for _, e in refused], self.deadline)
+                self.result.dead_lettered += len(refused)
+            except DelayQueueError as e:
+                self.result.errors.append(f"dead-letter queue: {e}")
+                failed.update(state.message.message_id for state, _ in refused)
+        for state in pending:
+            if state.message.message_id in failed:
                 self.fail_back_off(state)
-            return
-        self.result.requeued += sum(len(s.retries) for s in resend)
 
     def fail_back_off(self, state: _SqsMessageState) -> None:
         """Report an SQS message failed, visible again after a short back-off (2, 4, 8 ...

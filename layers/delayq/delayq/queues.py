@@ -97,6 +97,54 @@ class SqsQueue:
             raise QueueError(f"SQS refused {len(refused)} entr(y/ies): {message}")
         return retry
 
+    def send_each(
+        self, operation: str, entries: Sequence[Outgoing], deadline: Deadline
+    ) -> list[DelayQueueError | None]:
+        """:meth:`send` that never raises: each entry's error, None once SQS took it. An entry
+        SQS refuses fails alone; a call refused, or out of retries or time, fails the entries
+        of its batch not taken yet (a :class:`RetriesExhaustedError` when a retry may work)."""
+        outcome: list[DelayQueueError | None] = [None] * len(entries)
+        batches: list[list[tuple[int, Outgoing]]] = []
+        start = 0
+        for batch in _batches(entries):
+            batches.append([(start + i, o) for i, o in enumerate(batch)])
+            start += len(batch)
+
+        def run(batch: list[tuple[int, Outgoing]]) -> None:
+            pending = {i for i, _ in batch}
+
+            def attempt(
+                chunk: list[tuple[int, tuple[int, Outgoing]]],
+            ) -> list[tuple[int, tuple[int, Outgoing]]]:
+                retry, refused = _attempt_batch(
+                    self._client.send_message_batch,
+                    self.url,
+                    chunk,
+                    lambda p: {"MessageBody": p[1].body, "DelaySeconds": p[1].delay_seconds},
+                    f"SendMessageBatch to {self.url} failed",
+                )
+                for (index, _), failure in refused:
+                    code, message = failure.get("Code"), failure.get("Message")
+                    outcome[index] = QueueError(f"SQS refused the entry: {code}: {message}")
+                pending.clear()
+                pending.update(i for i, _ in retry)
+                return retry
+
+            try:
+                retry_partial(
+                    operation, attempt, [(i, (i, o)) for i, o in batch], self._backoff, deadline
+                )
+            except DelayQueueError as e:
+                for index in pending:
+                    outcome[index] = e
+
+        if len(batches) == 1:
+            run(batches[0])
+        else:
+            for future in [self._pool.submit(run, batch) for batch in batches]:
+                future.result()
+        return outcome
+
     def change_visibility(self, receipt_handle: str, seconds: int, deadline: Deadline) -> None:
         """Hide a received message for ``seconds`` more (re-delay without a new send)."""
         try:
@@ -344,9 +392,9 @@ class DelayQueue:
         errors: list[DelayQueueError] = []
         for queue, by_delay in groups.items():
             outgoing = [
-                Outgoing(body, delay_seconds)
+                Outgoing(encode_bundle([e.text for e in bundle]), delay_seconds)
                 for delay_seconds, group in by_delay.items()
-                for body in self._bundles(group)
+                for bundle in self._bundles(group)
             ]
             try:
                 queue.send("send to delay queue", outgoing, deadline)
@@ -355,10 +403,33 @@ class DelayQueue:
         if errors:
             raise errors[0]
 
-    def _bundles(self, entries: Sequence[QueueEntry]) -> Iterator[str]:
+    def send_each(
+        self, entries: Sequence[QueueEntry], deadline: Deadline
+    ) -> list[tuple[QueueEntry, DelayQueueError]]:
+        """:meth:`send_entries` that never raises: the entries not queued, each with why (all
+        the entries of a bundle SQS did not take). Every other entry is on the queue."""
+        groups: dict[SqsQueue, dict[int, list[QueueEntry]]] = {}
+        for entry in entries:
+            by_delay = groups.setdefault(self.of_priority(entry.priority), {})
+            by_delay.setdefault(entry.delay_seconds, []).append(entry)
+        unsent: list[tuple[QueueEntry, DelayQueueError]] = []
+        for queue, by_delay in groups.items():
+            bundles = [
+                (delay_seconds, bundle)
+                for delay_seconds, group in by_delay.items()
+                for bundle in self._bundles(group)
+            ]
+            outgoing = [Outgoing(encode_bundle([e.text for e in b]), d) for d, b in bundles]
+            errors = queue.send_each("send to delay queue", outgoing, deadline)
+            for (_, bundle), error in zip(bundles, errors, strict=True):
+                if error is not None:
+                    unsent.extend((entry, error) for entry in bundle)
+        return unsent
+
+    def _bundles(self, entries: Sequence[QueueEntry]) -> Iterator[list[QueueEntry]]:
         """Consecutive entries packed under the bundle caps (encoded envelopes are ASCII:
         characters are bytes)."""
-        bundle: list[str] = []
+        bundle: list[QueueEntry] = []
         size = offloaded = 0
         for entry in entries:
             if bundle and (
@@ -366,13 +437,13 @@ class DelayQueue:
                 or bundle_bytes(size + len(entry.text), len(bundle) + 1) > self._max_bytes
                 or offloaded + entry.offloaded_bytes > c.BUNDLE_MAX_OFFLOADED_BYTES
             ):
-                yield encode_bundle(bundle)
+                yield bundle
                 bundle, size, offloaded = [], 0, 0
-            bundle.append(entry.text)
+            bundle.append(entry)
             size += len(entry.text)
             offloaded += entry.offloaded_bytes
         if bundle:
-            yield encode_bundle(bundle)
+            yield bundle
 
 
 class TickQueue:

@@ -197,7 +197,12 @@ def redrive(
             want = batch_size if limit is None else min(batch_size, limit - run.taken)
             if pacer is not None:
                 pacer.take(want)
-            fresh = run.admit(run.source.receive(want, hold_seconds, wait_seconds, run.deadline()))
+            run.hold_ends_ms = None
+            deadline = run.deadline()
+            received_ms = run.clock()
+            received = run.source.receive(want, hold_seconds, wait_seconds, deadline)
+            run.hold_ends_ms = received_ms + hold_seconds * 1000
+            fresh = run.admit(received)
             if pacer is not None:
                 pacer.give_back(want - len(fresh))
             if not fresh:
@@ -282,13 +287,25 @@ class _Run:
     # brings one of them, it is this run's, not a new reject, and is left for a later run.
     put_back: set[str] = field(default_factory=set)
     taken: int = 0  # source messages read and dealt with (what ``limit`` counts)
+    # When the hold of the batch in hand ends (None: between batches).
+    hold_ends_ms: int | None = None
 
     @property
     def dry_run(self) -> bool:
         return self.report.dry_run
 
     def deadline(self) -> Deadline:
-        return Deadline.after(BATCH_SECONDS)
+        """``BATCH_SECONDS`` for one call with its retries, ending one call's longest time
+        (connect + read timeout) before the hold of the batch in hand ends: past the hold,
+        another reader may receive a message, and a delete with this run's receipt handle
+        would leave it there to be moved again."""
+        end = self.clock() + int(BATCH_SECONDS * 1000)
+        if self.hold_ends_ms is not None:
+            call_seconds = (
+                self.settings.aws_connect_timeout_seconds + self.settings.aws_read_timeout_seconds
+            )
+            end = min(end, self.hold_ends_ms - int(call_seconds * 1000))
+        return Deadline(lambda: end - self.clock(), safety_ms=0)
 
     def admit(self, received: Sequence[SourceMessage]) -> list[SourceMessage]:
         """Hold what was received; return the messages not seen before in this run."""

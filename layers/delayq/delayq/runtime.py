@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "cleanup_services",
     "client",
+    "client_config",
     "delay_queue",
     "emitter_services",
     "ingest_services",
@@ -49,8 +50,17 @@ __all__ = [
     "tick_queue",
 ]
 
-# Retries are ours (per item, deadline-bounded); botocore's standard mode covers connections.
-_CONFIG = Config(retries={"max_attempts": 3, "mode": "standard"}, max_pool_connections=32)
+
+def client_config(settings: Settings) -> Config:
+    """The one policy of every AWS client: a single attempt (botocore's retries off, so only
+    the layer's deadline-bounded ``retry_call`` retries) with short connect and read timeouts
+    from ``settings``, so no call outlasts the time the invocation counts on."""
+    return Config(
+        retries={"total_max_attempts": 1, "mode": "standard"},
+        connect_timeout=settings.aws_connect_timeout_seconds,
+        read_timeout=settings.aws_read_timeout_seconds,
+        max_pool_connections=32,
+    )
 
 
 @overload
@@ -66,7 +76,7 @@ def client(service: str, settings: Settings) -> Any:
 
     Typed per service (the ``mypy_boto3_*`` stubs, a development dependency only) for the
     services the layer uses; any other name is a type error."""
-    return boto3.client(service, region_name=settings.region, config=_CONFIG)
+    return boto3.client(service, region_name=settings.region, config=client_config(settings))
 
 
 def message_store(settings: Settings) -> MessageStore:
@@ -188,11 +198,13 @@ def emitter_services(settings: Settings) -> EmitterServices:
 def redrive_services(settings: Settings) -> RedriveServices:
     """What a redrive (``delayq redrive``) uses: its source queue, the oversize rejected
     records, and ingest's destinations (table, queues and bucket must be set). Imported here:
-    only the operators' command needs it, and every handler imports this module."""
-    from delayq.redrive import RedriveServices  # noqa: PLC0415
+    only the operators' command needs it, and every handler imports this module. Its SQS
+    client reads for a long poll's wait longer than the other calls' read timeout."""
+    from delayq.redrive import MAX_WAIT_SECONDS, RedriveServices  # noqa: PLC0415
 
+    read_timeout = settings.aws_read_timeout_seconds + MAX_WAIT_SECONDS
     return RedriveServices(
-        sqs=client("sqs", settings),
+        sqs=client("sqs", settings.with_overrides(aws_read_timeout_seconds=read_timeout)),
         s3=client("s3", settings),
         ingest=ingest_services(settings),
     )

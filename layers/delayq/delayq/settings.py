@@ -56,6 +56,8 @@ class Settings:
     kafka_secret_arn: str = ""
     kafka_ca_location: str = ""
     kafka_timeout_seconds: float = c.DEFAULT_KAFKA_TIMEOUT_SECONDS
+    aws_connect_timeout_seconds: float = c.DEFAULT_AWS_CONNECT_TIMEOUT_SECONDS
+    aws_read_timeout_seconds: float = c.DEFAULT_AWS_READ_TIMEOUT_SECONDS
     ingest_timeout_seconds: int = c.DEFAULT_INGEST_TIMEOUT_SECONDS
     delay_dlq_url: str = ""
     delivery_max_attempts: int = c.DEFAULT_DELIVERY_MAX_ATTEMPTS
@@ -165,6 +167,8 @@ class Settings:
             problems.append("max_delay_seconds must be >= 1")
         if self.offload_threshold_bytes < 1 or self.max_payload_bytes < 1:
             problems.append("payload limits must be >= 1")
+        if self.aws_connect_timeout_seconds <= 0 or self.aws_read_timeout_seconds <= 0:
+            problems.append("AWS connect and read timeouts must be > 0")
         if self.delivery_max_attempts < 1:
             problems.append("delivery_max_attempts must be >= 1")
         if self.target_outage_max_seconds < 0:
@@ -305,6 +309,8 @@ _ENV_OF = {
     "kafka_secret_arn": c.ENV_KAFKA_SECRET_ARN,
     "kafka_ca_location": c.ENV_KAFKA_CA_LOCATION,
     "kafka_timeout_seconds": c.ENV_KAFKA_TIMEOUT_SECONDS,
+    "aws_connect_timeout_seconds": c.ENV_AWS_CONNECT_TIMEOUT_SECONDS,
+    "aws_read_timeout_seconds": c.ENV_AWS_READ_TIMEOUT_SECONDS,
     "ingest_timeout_seconds": c.ENV_INGEST_TIMEOUT_SECONDS,
     "delay_dlq_url": c.ENV_DELAY_DLQ_URL,
     "delivery_max_attempts": c.ENV_DELIVERY_MAX_ATTEMPTS,
