@@ -482,7 +482,7 @@ class Checker:
             ack = self.ack_ms[id(move)] or 0
             refused = self.rejects.get((move.partition, move.offset))
             if refused is not None:
-                cancelled = any(_after(cancel, move) or cancel is move for cancel in cancels)
+                cancelled = bool(cancels)  # refused or not, the message is not delivered
                 stored = current - since > horizon_ms + STORED_MARGIN_MS
                 if self._early_enough(move, current) and stored and since <= ack and not cancelled:
                     detail = f"a timely reschedule from {current} refused: {refused[0]}"

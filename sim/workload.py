@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import random
 import zlib
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -230,7 +231,7 @@ def generate(rng: random.Random, start_ms: int, shape: Shape) -> Workload:
         _controls(rng, shape, message, out, delay)
     # The corners draw from their own generator, so that the rest of the mix is the same as
     # without them (a seed's older findings still reproduce).
-    corners = _Corners(random.Random(hash(rng.getstate())), shape, delay)
+    corners = _Corners(random.Random(repr(rng.getstate())), shape, delay)
     return Workload(corners.follow_all(out), tenant_limits(rng) if shape.limits else "")
 
 
@@ -352,8 +353,10 @@ class _Corners:
         return (p + 1) % PARTITIONS if self.chance("cross_partition") else p
 
     def follow_all(self, out: list[Intent]) -> list[Intent]:
-        """``out`` with the corners of every delay record in it added, in send order."""
-        for message in [i for i in out if i.kind == "delay"]:
+        """``out`` with the corners of its delay records added, in send order; an id the mix
+        already controls or reuses is left alone (its controls would name stale due times)."""
+        seen = Counter(i.delay_id for i in out)
+        for message in [i for i in out if i.kind == "delay" and seen[i.delay_id] == 1]:
             self.follow(message, out)
         out.sort(key=lambda i: i.send_ms)
         return out
@@ -376,14 +379,17 @@ class _Corners:
         """Cancel, then send the id again due in the same second or at the same due time (a
         new message), perhaps large, perhaps on the other partition."""
         rng = self.rng
-        cancel_ms = message.send_ms + rng.randint(1, 2_000)
+        # Milliseconds apart (one batch, perhaps ingested out of order), or seconds apart.
+        most = 30 if self.chance("one_batch") else 3_000
+        cancel_ms = message.send_ms + rng.randint(1, most)
         headers = [(c.HEADER_CANCEL, message.delay_id.encode())]
         out.append(
             Intent("cancel", cancel_ms, message.delay_id, self.where(message.delay_id), headers)
         )
-        send_ms = cancel_ms + rng.randint(1, 3_000)
+        send_ms = cancel_ms + rng.randint(1, most)
+        same = self.chance("same_due_reuse")
         due_ms = message.due_ms
-        if not self.chance("same_due_reuse"):
+        if not same:
             due_ms = due_ms - due_ms % 1000 + rng.randint(0, 999)  # the same due-second
         again = self.delay(
             send_ms,
@@ -392,11 +398,10 @@ class _Corners:
             tenant=message.tenant,
             partition=self.where(message.delay_id),
         )
-        if rng.random() < 0.4 and again.value is not None and len(again.value) < LARGE_BYTES:
-            again.value = rng.randbytes(LARGE_BYTES)  # offloaded, as the first may be
         out.append(again)
-        if rng.random() < 0.3:  # and the first one large too, with another value
+        if rng.random() < (0.6 if same else 0.3):  # both offloaded, with other values
             message.value = rng.randbytes(LARGE_BYTES)
+            again.value = rng.randbytes(LARGE_BYTES)
 
     def reschedules(self, message: Intent, out: list[Intent]) -> None:
         """A reschedule, then perhaps another of the new time, or a cancel (either order);
