@@ -10,8 +10,8 @@ import random
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from itertools import pairwise
 from functools import cache
+from itertools import pairwise
 
 from delayq import constants as c
 from delayq.limits import parse_limits
