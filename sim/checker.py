@@ -271,16 +271,24 @@ class Checker:
             c.PRIORITY_NORMAL: s.delay_queue_url,
             c.PRIORITY_LOW: s.delay_queue_low_url or s.delay_queue_url,
         }
-        written_as = {k: _priority(i) for k, i in self.by_key.items()}
-        for i in self.workload.intents:  # a reschedule's copy: its original's
-            moved = self.by_key.get((i.delay_id, i.was_due_ms))
-            if i.kind == "reschedule" and moved is not None:
-                written_as.setdefault((i.delay_id, i.due_ms), _priority(moved))
+        # By (id, due): the priorities of every record that may be sent under it (messages
+        # reusing an id at one due time may differ; a reschedule's copy: its original's).
+        written_as: dict[tuple[str, int], set[str]] = defaultdict(set)
+        for i in self.workload.intents:
+            if i.kind == "delay":
+                written_as[(i.delay_id, i.due_ms)].add(_priority(i))
+        for i in self.workload.intents:  # in send order: a chain's copies, their original's
+            if i.kind == "reschedule":
+                written_as[(i.delay_id, i.due_ms)] |= written_as.get(
+                    (i.delay_id, i.was_due_ms), set()
+                )
         out = []
         for url, delay_id, due_ms, priority in self.p.delay_sends:
-            written = written_as.get((delay_id, due_ms), priority)
-            if priority != written:
-                detail = f"written with priority {written}, queued as {priority}"
+            written = written_as.get((delay_id, due_ms)) or {priority}
+            if priority not in written:
+                detail = (
+                    f"written with priority {' or '.join(sorted(written))}, queued as {priority}"
+                )
                 out.append(Violation("priority", delay_id, due_ms, detail))
             elif url != queue_of[priority]:
                 detail = f"{priority} priority sent to {url}"
