@@ -42,6 +42,10 @@ SMALL = Shape(messages=80, window_ms=5 * 60_000, max_delay_ms=40 * 60_000)
 # The same with tenant limits: seed 1 has a burst of the quota'd tenant (rejected over its
 # quota), capped and deferred messages released after due, at every priority.
 LIMITED = dataclasses.replace(SMALL, limits=True)
+# The mix the planted defects were tuned on: without the contract's corners (their seeds stay
+# clean of what the corners find, and the plant is what the checker sees).
+PLANT = Shape(contract=False)
+PLANT_LIMITED = dataclasses.replace(LIMITED, contract=False)
 LIMITED_SEED = 1
 
 
@@ -250,9 +254,9 @@ def test_the_simulator_finds_a_planted_defect(
     seed: int,
     kind: str,
 ) -> None:
-    assert run_seed(seed).ok
+    assert run_seed(seed, PLANT).ok
     plant(monkeypatch)
-    assert kind in {v.kind for v in run_seed(seed).verdict.violations}
+    assert kind in {v.kind for v in run_seed(seed, PLANT).verdict.violations}
 
 
 def _stream_record(sequence: int, item: str) -> StreamRecord:
@@ -537,10 +541,10 @@ def test_with_tenant_limits_the_checker_finds_a_planted_defect(
     seed: int,
     kind: str,
 ) -> None:
-    run = limited_run() if seed == LIMITED_SEED else simulate(seed, LIMITED, Knobs.calm())
+    run = simulate(seed, PLANT_LIMITED, Knobs.calm())
     assert violations(*run) == []
     plant(monkeypatch)
-    assert kind in violations(*simulate(seed, LIMITED, Knobs.calm()))
+    assert kind in violations(*simulate(seed, PLANT_LIMITED, Knobs.calm()))
 
 
 def _stored_capped_delivery(pipeline: Pipeline, workload: Workload) -> tuple[int, Any]:
