@@ -9,15 +9,25 @@ against the documented guarantees.
   unreachable target never dead-letters within the outage allowance (24 h).
 - Never early: no record is produced before its due time on the producing function's clock
   (its ``delay-emitted-ms`` header against ``delay-due-ms``).
-- Cancels: a message a cancel applies to (same id, written before it) is not delivered when
+- Sources: every delivery carries the bytes (key, value, user headers) of one delay record
+  of its id whose due time (or a reschedule's of it) it was produced for; deliveries are
+  matched to their records by those bytes, so two messages sharing id and due time are told
+  apart (a delivery of neither, e.g. one with the other's value, is ``corrupt``).
+- Cancels: a message a cancel applies to (same id, written before it: by timestamp, then by
+  offset on one partition; across partitions a tie goes to the cancel) is not delivered when
   the cancel was acknowledged at least the emitter's hold + 2 s before its due time. Nor is
   it produced more than an invocation's timeout after the cancel was acknowledged: the
   function that produces a message (emitter, or ingest on the direct path) reads the cancel
   markers in the same invocation, so that read came after the cancel (README: a cancel
   ingested before the read always wins). That catches a message that waited, e.g. behind a
   stalled partition, while its cancel came in through another.
-- Reschedules: one acknowledged that early, and not refused, moves the message: it is
-  delivered at the new time and not at the old one.
+  An undelivered message counts as cancelled only when such a cancel was acknowledged
+  before the message was due to go out (its last due time + the release slack), or it was
+  due near an outage; a cancel acknowledged after that does not excuse its loss.
+- Reschedules: one acknowledged that early moves the message: it is delivered at the new
+  time and not at the old one; a chain of them (each naming the previous one's new time as
+  ``delay-was-due``) moves it to the last. One acknowledged that early, after what it moves
+  was acknowledged and before any cancel of it, is never refused.
 - Released when passed: a stored message is delivered within 10 minutes of the first
   scheduler run that passed its release second (its due second, or the later one its
   tenant's release cap gave it: ``delay-release-ms``), or of that time if later, unless the
@@ -33,7 +43,9 @@ against the documented guarantees.
   caps, no second of a producing function's clock carries more of a capped tenant's messages
   than its cap (each message counted once, by its first delivery: duplicates are
   at-least-once; a reschedule's copy is not counted against the cap, as documented); a
-  message rejected as ``quota-exceeded`` belongs to a tenant whose quota rejects (a
+  message rejected as ``quota-exceeded`` belongs to a tenant whose quota rejects, whose
+  quota was used up: at least that many of its messages acknowledged within an invocation
+  of it were accepted (a
   deferring quota delivers them; no cap in this world is too low to place a message within
   7 days) and sits in the reject queue with its original bytes. The lateness of a capped or
   deferred tenant's messages counts from their release and is reported apart. With a delay
@@ -153,6 +165,24 @@ class Checker:
         self.rejects = self._rejects()
         self.limits = pipeline.settings.limits
         self.by_key = {(i.delay_id, i.due_ms): i for i in workload.intents if i.kind == "delay"}
+        self.sources = self._sources()
+
+    def _sources(self) -> dict[int, Intent]:
+        """The delay record each delivery carries the bytes of (by ``id()`` of the delivery):
+        one of its id, due at the delivery's due time or moved there, with its key, value and
+        user headers. A delivery of none is not in the map."""
+        candidates: dict[str, list[Intent]] = defaultdict(list)
+        for i in self.workload.intents:
+            if i.kind == "delay":
+                candidates[i.delay_id].append(i)
+        found: dict[int, Intent] = {}
+        for (delay_id, _due), produced in self.deliveries.items():
+            for d in produced:
+                for i in candidates.get(delay_id, []):
+                    if _same_bytes(d, i):
+                        found[id(d)] = i
+                        break
+        return found
 
     def _dead_letters(self) -> dict[tuple[str, int], list[str]]:
         """Dead-lettered messages by ``(id, due)``: the reason of each copy. A copy whose
@@ -221,6 +251,7 @@ class Checker:
             for record in produced:
                 self._check_not_early(key, record, verdict)
         verdict.violations.extend(self.dead_letter_faults)
+        verdict.violations.extend(self._unsourced())
         for denial in self.p.roles.guard.denials:
             verdict.violations.append(Violation("iam", denial.function, 0, str(denial)))
         for u in self.p.retries.found:
@@ -245,16 +276,24 @@ class Checker:
             c.PRIORITY_NORMAL: s.delay_queue_url,
             c.PRIORITY_LOW: s.delay_queue_low_url or s.delay_queue_url,
         }
-        written_as = {k: _priority(i) for k, i in self.by_key.items()}
-        for i in self.workload.intents:  # a reschedule's copy: its original's
-            moved = self.by_key.get((i.delay_id, i.was_due_ms))
-            if i.kind == "reschedule" and moved is not None:
-                written_as.setdefault((i.delay_id, i.due_ms), _priority(moved))
+        # By (id, due): the priorities of every record that may be sent under it (messages
+        # reusing an id at one due time may differ; a reschedule's copy: its original's).
+        written_as: dict[tuple[str, int], set[str]] = defaultdict(set)
+        for i in self.workload.intents:
+            if i.kind == "delay":
+                written_as[(i.delay_id, i.due_ms)].add(_priority(i))
+        for i in self.workload.intents:  # in send order: a chain's copies, their original's
+            if i.kind == "reschedule":
+                written_as[(i.delay_id, i.due_ms)] |= written_as.get(
+                    (i.delay_id, i.was_due_ms), set()
+                )
         out = []
         for url, delay_id, due_ms, priority in self.p.delay_sends:
-            written = written_as.get((delay_id, due_ms), priority)
-            if priority != written:
-                detail = f"written with priority {written}, queued as {priority}"
+            written = written_as.get((delay_id, due_ms)) or {priority}
+            if priority not in written:
+                detail = (
+                    f"written with priority {' or '.join(sorted(written))}, queued as {priority}"
+                )
                 out.append(Violation("priority", delay_id, due_ms, detail))
             elif url != queue_of[priority]:
                 detail = f"{priority} priority sent to {url}"
@@ -288,6 +327,25 @@ class Checker:
         ):
             detail = "rejected over quota, not in the reject queue with its original bytes"
             verdict.violations.append(Violation("lost", message.delay_id, message.due_ms, detail))
+            return
+        quota = self._limits_of(message).ingest_per_second or 0
+        ack = self.ack_ms[id(message)] or 0
+        accepted = [
+            i
+            for i in self.workload.intents
+            if i.kind == "delay"
+            and i.tenant == message.tenant
+            and (i.partition, i.offset) not in self.rejects
+            and abs((self.ack_ms[id(i)] or -READ_BOUND_MS * 2) - ack) <= READ_BOUND_MS
+        ]
+        if len(accepted) < quota:
+            detail = (
+                f"rejected over a quota of {quota}/s with {len(accepted)} of its tenant's "
+                "messages accepted around it"
+            )
+            verdict.violations.append(
+                Violation("refused", message.delay_id, message.due_ms, detail)
+            )
             return
         verdict.over_quota += 1
 
@@ -386,12 +444,15 @@ class Checker:
                 Violation("refused", message.delay_id, message.due_ms, detail)
             )
             return
-        later = [
-            i for i in same_id if i.send_ms > message.send_ms and self.ack_ms[id(i)] is not None
-        ]
-        dues = [message.due_ms, *self._moves(message, later, verdict)]
-        delivered = [d for due in dues for d in self.deliveries.get((message.delay_id, due), [])]
+        later = [i for i in same_id if _after(message, i) and self.ack_ms[id(i)] is not None]
         cancels = [i for i in later if i.kind == "cancel"]
+        dues = [message.due_ms, *self._moves(message, later, cancels, verdict)]
+        delivered = [
+            d
+            for due in dues
+            for d in self.deliveries.get((message.delay_id, due), [])
+            if self.sources.get(id(d)) is message
+        ]
         if any(self._early_enough(cancel, min(dues)) for cancel in cancels):
             verdict.cancelled += 1
             for d in delivered:
@@ -410,7 +471,7 @@ class Checker:
                     verdict.violations.append(
                         Violation("cancel", message.delay_id, message.due_ms, detail)
                     )
-        elif cancels:
+        elif any(self._before_release(cancel, max(dues)) for cancel in cancels):
             verdict.cancelled += 1  # a late cancel may or may not win
         elif any(self.dead.get((message.delay_id, due)) for due in dues):
             verdict.dead_lettered += 1
@@ -418,24 +479,42 @@ class Checker:
             detail = "acknowledged, never delivered, not dead-lettered"
             verdict.violations.append(Violation("lost", message.delay_id, message.due_ms, detail))
 
-    def _moves(self, message: Intent, later: list[Intent], verdict: Verdict) -> list[int]:
-        """The due times reschedules moved ``message`` to (refused ones do not move it); a
-        delivery at the old time after a timely reschedule is a violation."""
+    def _moves(
+        self, message: Intent, later: list[Intent], cancels: list[Intent], verdict: Verdict
+    ) -> list[int]:
+        """The due times reschedules moved ``message`` to, in a chain (each names the time the
+        one before moved it to); a delivery at an old time after a timely reschedule is a
+        violation, and so is a timely reschedule refused although what it moves waited in the
+        store (README, Limits), was acknowledged before it, and no cancel came first."""
         moved: list[int] = []
-        for move in later:
-            if move.kind != "reschedule" or move.was_due_ms != message.due_ms:
+        current, since = message.due_ms, self.ack_ms[id(message)] or 0
+        horizon_ms = self.p.settings.horizon_seconds * 1000
+        for move in sorted(later, key=_order):
+            if move.kind != "reschedule" or move.was_due_ms != current:
                 continue
-            if (move.partition, move.offset) in self.rejects:
+            ack = self.ack_ms[id(move)] or 0
+            refused = self.rejects.get((move.partition, move.offset))
+            if refused is not None:
+                cancelled = bool(cancels)  # refused or not, the message is not delivered
+                stored = current - since > horizon_ms + STORED_MARGIN_MS
+                if self._early_enough(move, current) and stored and since <= ack and not cancelled:
+                    detail = f"a timely reschedule from {current} refused: {refused[0]}"
+                    verdict.violations.append(
+                        Violation("reschedule", message.delay_id, message.due_ms, detail)
+                    )
                 continue
             moved.append(move.due_ms)
-            if self._early_enough(move, message.due_ms):
-                for old in self.deliveries.get((message.delay_id, message.due_ms), []):
+            old_due, current, since = current, move.due_ms, ack
+            if self._early_enough(move, old_due):
+                for old in self.deliveries.get((message.delay_id, old_due), []):
+                    if self.sources.get(id(old)) is not message:
+                        continue
                     detail = (
                         f"delivered at the old time ({old.at_ms}) after a reschedule "
                         f"acknowledged at {self.ack_ms[id(move)]}"
                     )
                     verdict.violations.append(
-                        Violation("reschedule", message.delay_id, message.due_ms, detail)
+                        Violation("reschedule", message.delay_id, old_due, detail)
                     )
         return moved
 
@@ -454,16 +533,21 @@ class Checker:
             verdict.lateness[bucket] += 1
             if not self._near_outage(due):
                 verdict.steady_lateness[bucket] += 1
-        for d in delivered:
-            if d.record.value != message.value or d.record.key != message.key:
-                detail = "key or value changed"
-            elif _user_headers(d.record.headers) != _user_headers(message.headers):
-                detail = "user headers changed"
-            else:
-                continue
-            verdict.violations.append(
-                Violation("corrupt", message.delay_id, message.due_ms, detail)
+
+    def _unsourced(self) -> list[Violation]:
+        """Deliveries that carry the bytes of no delay record of their id (a changed key,
+        value or user headers; another message's value)."""
+        return [
+            Violation(
+                "corrupt",
+                delay_id,
+                due,
+                f"produced by {d.function} at {d.at_ms} with bytes no record of its id has",
             )
+            for (delay_id, due), produced in self.deliveries.items()
+            for d in produced
+            if id(d) not in self.sources
+        ]
 
     def _check_released(self, message: Intent, first: Produced, verdict: Verdict) -> None:
         """A stored message goes out soon after a scheduler run passes its release second
@@ -511,6 +595,14 @@ class Checker:
             start - horizon_ms <= due_ms <= end + OUTAGE_RECOVERY_MS
             for start, end in outages
             if end
+        )
+
+    def _before_release(self, cancel: Intent, due_ms: int) -> bool:
+        """Acknowledged before a message due at ``due_ms`` had to go out (or it was due near
+        an outage, when it may wait longer)."""
+        ack = self.ack_ms[id(cancel)]
+        return ack is not None and (
+            ack <= due_ms + RELEASE_SLACK_MS + self.hold_ms or self._near_outage(due_ms)
         )
 
     def _early_enough(self, control: Intent, due_ms: int) -> bool:
@@ -564,6 +656,32 @@ class Checker:
             if did == delay_id:
                 lines.append((due, f"dead-lettered (due {due}): {', '.join(reasons)}"))
         return [f"{t} {text}" for t, text in sorted(lines)]
+
+
+def _same_bytes(produced: Produced, intent: Intent) -> bool:
+    """Whether a delivery carries a delay record's key, value and user headers."""
+    record = produced.record
+    return (
+        record.value == intent.value
+        and record.key == intent.key
+        and _user_headers(record.headers) == _user_headers(intent.headers)
+    )
+
+
+def _order(intent: Intent) -> tuple[int, int, int]:
+    """A record's place in the delay topic's order: timestamp, then partition and offset."""
+    return (intent.send_ms, intent.partition, intent.offset)
+
+
+def _after(first: Intent, then: Intent) -> bool:
+    """Whether ``then`` was written after ``first`` (README, What a cancel applies to): by
+    timestamp; on one millisecond by offset on one partition, and across partitions a
+    control wins the tie."""
+    if then.send_ms != first.send_ms:
+        return then.send_ms > first.send_ms
+    if then.partition == first.partition:
+        return then.offset > first.offset
+    return then.kind in ("cancel", "reschedule") and first.kind == "delay"
 
 
 def _priority(intent: Intent) -> str:

@@ -5,6 +5,13 @@ seconds, minutes, either side of 15 minutes, hours), same-second bursts, cancels
 after delivery, ids reused after a cancel, reschedules earlier and later, values large enough
 to be offloaded to S3 and records exactly at the payload limit, and invalid records.
 
+The contract's corners (weights drawn per seed, ``Shape.contract``): records of one id on
+either partition (not only ``partition_of``), so a partition that stalls ingests them out of
+order; an id reused after a cancel in the same due-second or at exactly the same due time
+(other values, large ones too); chains of controls per id (reschedule after reschedule, cancel
+and reschedule in both orders), in one event-source batch (milliseconds apart) or across; and
+controls near the cutoffs (the emitter's hold, the horizon).
+
 With tenant limits (``Shape.limits``) the run also sets ``DELAYQ_TENANT_LIMITS`` (drawn per
 seed): a tenant whose release cap binds on every burst of it, one with an ingest quota whose
 excess is rejected, one whose excess is deferred (and that is capped too); messages of those
@@ -16,6 +23,7 @@ from __future__ import annotations
 import json
 import random
 import zlib
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -54,6 +62,16 @@ class Shape:
     invalid: float = 0.03
     # Tenant limits (release caps, ingest quotas) and priorities: see the module's docstring.
     limits: bool = False
+    # The contract's corners; each weight is scaled per seed by a draw in [0, 2).
+    contract: bool = True
+    cross_partition: float = 0.15  # a record of an id written to the other partition
+    same_due_reuse: float = 0.5  # of reuses after a cancel: same due-second (half: same due)
+    chain: float = 0.5  # of controlled messages: a second control follows the first
+    one_batch: float = 0.5  # of chained controls: milliseconds apart (one batch)
+    near_cutoff: float = 0.3  # of reschedules: acknowledged around the hold or the horizon
+    extra_controls: float = (
+        0.06  # of stored messages: a reschedule (chainable) beyond ``reschedule``
+    )
 
 
 @dataclass
@@ -130,7 +148,13 @@ def generate(rng: random.Random, start_ms: int, shape: Shape) -> Workload:
         return f"m-{counter}"
 
     def delay(
-        send_ms: int, due_ms: int, delay_id: str, relative: bool = False, tenant: str = ""
+        send_ms: int,
+        due_ms: int,
+        delay_id: str,
+        *,
+        relative: bool = False,
+        tenant: str = "",
+        partition: int | None = None,
     ) -> Intent:
         draw = rng.random()
         large = draw < shape.large
@@ -155,7 +179,7 @@ def generate(rng: random.Random, start_ms: int, shape: Shape) -> Workload:
             "delay",
             send_ms,
             delay_id,
-            partition_of(delay_id),
+            partition_of(delay_id) if partition is None else partition,
             headers,
             key,
             value,
@@ -205,8 +229,10 @@ def generate(rng: random.Random, start_ms: int, shape: Shape) -> Workload:
         out.append(message)
         made += 1
         _controls(rng, shape, message, out, delay)
-    out.sort(key=lambda i: i.send_ms)
-    return Workload(out, tenant_limits(rng) if shape.limits else "")
+    # The corners draw from their own generator, so that the rest of the mix is the same as
+    # without them (a seed's older findings still reproduce).
+    corners = _Corners(random.Random(repr(rng.getstate())), shape, delay)
+    return Workload(corners.follow_all(out), tenant_limits(rng) if shape.limits else "")
 
 
 def _invalid(rng: random.Random, send_ms: int, delay_id: str) -> Intent:
@@ -293,4 +319,155 @@ def _controls(
                 new_due,
                 message.due_ms,
             )
+        )
+
+
+class _Corners:
+    """The contract's corners that follow a message (see the module's docstring)."""
+
+    def __init__(self, rng: random.Random, shape: Shape, delay: Any) -> None:
+        self.rng = rng
+        self.delay = delay
+        # Per seed: some seeds lean hard on one corner, others leave it out.
+        self.on = shape.contract
+        self.w: dict[str, float] = {
+            name: min(1.0, getattr(shape, name) * rng.uniform(0, 2))
+            for name in (
+                "cross_partition",
+                "same_due_reuse",
+                "chain",
+                "one_batch",
+                "near_cutoff",
+                "extra_controls",
+            )
+        }
+        self.hold_ms = c.DEFAULT_MAX_HOLD_MS
+
+    def chance(self, name: str) -> bool:
+        """Whether this seed takes the corner ``name`` this time."""
+        return self.rng.random() < self.w[name]
+
+    def where(self, delay_id: str) -> int:
+        """An id's partition, or (``cross_partition``) the other one."""
+        p = partition_of(delay_id)
+        return (p + 1) % PARTITIONS if self.chance("cross_partition") else p
+
+    def follow_all(self, out: list[Intent]) -> list[Intent]:
+        """``out`` with the corners of its delay records added, in send order; an id the mix
+        already controls or reuses is left alone (its controls would name stale due times)."""
+        seen = Counter(i.delay_id for i in out)
+        for message in [i for i in out if i.kind == "delay" and seen[i.delay_id] == 1]:
+            self.follow(message, out)
+        out.sort(key=lambda i: i.send_ms)
+        return out
+
+    def follow(self, message: Intent, out: list[Intent]) -> None:
+        """Maybe move ``message``'s partition, and add controls and reuses of its id."""
+        if not self.on:
+            return
+        rng = self.rng
+        message.partition = self.where(message.delay_id)
+        wait = message.due_ms - message.send_ms
+        if wait <= DIRECT_WINDOW_MS + 20_000 or not self.chance("extra_controls"):
+            return
+        if rng.random() < 0.35:
+            self.cancel_and_reuse(message, out)
+        else:
+            self.reschedules(message, out)
+
+    def cancel_and_reuse(self, message: Intent, out: list[Intent]) -> None:
+        """Cancel, then send the id again due in the same second or at the same due time (a
+        new message), perhaps large, perhaps on the other partition."""
+        rng = self.rng
+        # Milliseconds apart (one batch, perhaps ingested out of order), or seconds apart.
+        most = 30 if self.chance("one_batch") else 3_000
+        cancel_ms = message.send_ms + rng.randint(1, most)
+        headers = [(c.HEADER_CANCEL, message.delay_id.encode())]
+        out.append(
+            Intent("cancel", cancel_ms, message.delay_id, self.where(message.delay_id), headers)
+        )
+        send_ms = cancel_ms + rng.randint(1, most)
+        same = self.chance("same_due_reuse")
+        due_ms = message.due_ms
+        if not same:
+            due_ms = due_ms - due_ms % 1000 + rng.randint(0, 999)  # the same due-second
+        again = self.delay(
+            send_ms,
+            max(due_ms, send_ms),
+            message.delay_id,
+            tenant=message.tenant,
+            partition=self.where(message.delay_id),
+        )
+        out.append(again)
+        if rng.random() < (0.6 if same else 0.3):  # both offloaded, with other values
+            message.value = rng.randbytes(LARGE_BYTES)
+            again.value = rng.randbytes(LARGE_BYTES)
+
+    def reschedules(self, message: Intent, out: list[Intent]) -> None:
+        """A reschedule, then perhaps another of the new time, or a cancel (either order);
+        milliseconds apart (one batch) or seconds apart."""
+        rng = self.rng
+        first_ms = self.control_ms(message)
+        if first_ms is None:
+            return
+        new_due = first_ms + rng.randint(HORIZON_MS // 3, 2 * HORIZON_MS)
+        move = self.reschedule(message, first_ms, message.due_ms, new_due)
+        if not self.chance("chain"):
+            out.append(move)
+            return
+        gap = rng.randint(1, 40) if self.chance("one_batch") else rng.randint(500, 30_000)
+        second_ms = first_ms + gap
+        then = rng.random()
+        if then < 0.6:  # reschedule after reschedule: the moved one, by its new time
+            again = self.reschedule(
+                message,
+                second_ms,
+                new_due,
+                second_ms + rng.randint(HORIZON_MS // 3, 2 * HORIZON_MS),
+            )
+            out += [move, again]
+            return
+        cancel = Intent(
+            "cancel",
+            first_ms if then < 0.8 else second_ms,
+            message.delay_id,
+            self.where(message.delay_id),
+            [(c.HEADER_CANCEL, message.delay_id.encode())],
+        )
+        move.send_ms = second_ms if then < 0.8 else first_ms  # cancel first, or move first
+        out += [move, cancel]
+
+    def control_ms(self, message: Intent) -> int | None:
+        """When the first control is written: near a cutoff (the hold before due, the horizon
+        before due), or anywhere well before due."""
+        rng = self.rng
+        wait = message.due_ms - message.send_ms
+        if self.chance("near_cutoff"):
+            edge = (
+                self.hold_ms + 2_000
+                if rng.random() < 0.5 or wait < HORIZON_MS + 5_000
+                else HORIZON_MS
+            )
+            at = message.due_ms - edge + rng.randint(-3_000, 3_000)
+        else:
+            at = message.send_ms + rng.randint(1_000, max(1_000, wait - 20_000))
+        return at if at > message.send_ms else None
+
+    def reschedule(self, message: Intent, send_ms: int, was_due: int, new_due: int) -> Intent:
+        """A reschedule of ``message`` from ``was_due`` to ``new_due``."""
+        headers = [
+            (c.HEADER_RESCHEDULE, message.delay_id.encode()),
+            (c.HEADER_WAS_DUE, str(was_due).encode()),
+            (c.HEADER_DELIVER_AT, str(new_due).encode()),
+        ]
+        return Intent(
+            "reschedule",
+            send_ms,
+            message.delay_id,
+            self.where(message.delay_id),
+            headers,
+            None,
+            None,
+            new_due,
+            was_due,
         )

@@ -43,6 +43,10 @@ SMALL = Shape(messages=80, window_ms=5 * 60_000, max_delay_ms=40 * 60_000)
 # (stored ones among them), at every priority; seed 1 a burst of the quota'd tenant within
 # one second of record timestamps (rejected over its quota).
 LIMITED = dataclasses.replace(SMALL, limits=True)
+# The mix the planted defects were tuned on: without the contract's corners (their seeds stay
+# clean of what the corners find, and the plant is what the checker sees).
+PLANT = Shape(contract=False)
+PLANT_LIMITED = dataclasses.replace(LIMITED, contract=False)
 LIMITED_SEED = 19
 QUOTA_SEED = 1
 
@@ -252,9 +256,9 @@ def test_the_simulator_finds_a_planted_defect(
     seed: int,
     kind: str,
 ) -> None:
-    assert run_seed(seed).ok
+    assert run_seed(seed, PLANT).ok
     plant(monkeypatch)
-    assert kind in {v.kind for v in run_seed(seed).verdict.violations}
+    assert kind in {v.kind for v in run_seed(seed, PLANT).verdict.violations}
 
 
 def _stream_record(sequence: int, item: str) -> StreamRecord:
@@ -545,10 +549,10 @@ def test_with_tenant_limits_the_checker_finds_a_planted_defect(
     seed: int,
     kind: str,
 ) -> None:
-    run = limited_run() if seed == LIMITED_SEED else simulate(seed, LIMITED, Knobs.calm())
+    run = simulate(seed, PLANT_LIMITED, Knobs.calm())
     assert violations(*run) == []
     plant(monkeypatch)
-    assert kind in violations(*simulate(seed, LIMITED, Knobs.calm()))
+    assert kind in violations(*simulate(seed, PLANT_LIMITED, Knobs.calm()))
 
 
 def _stored_capped_delivery(pipeline: Pipeline, workload: Workload) -> tuple[int, Any]:
@@ -600,8 +604,9 @@ def test_with_tenant_limits_a_capped_message_is_judged_from_its_release_slot() -
             pipeline.cluster.log = original
 
     assert judged(first.at_ms, release) == []
-    # After its due time but before its release: early.
-    assert judged(first.at_ms, release - 1) == ["early"]
+    # After its due time but before its release: early (and, when the slot is a second's
+    # first and the second before it was full, over the cap in that second too).
+    assert set(judged(first.at_ms, release - 1)) - {"cap"} == {"early"}
     # Half an hour after its release second was passed: held, unless the emitter gave it a
     # new slot (it was late there) and it went within 10 minutes of that slot.
     late = release + 30 * 60_000
