@@ -62,6 +62,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="tenant limits: release caps, ingest quotas and priorities (sim.workload)",
     )
+    parser.add_argument(
+        "--no-corners",
+        action="store_true",
+        help="without the contract's corners (cross-partition ids, same-due reuse, control "
+        "chains, near-cutoff controls): the workload of the earlier campaigns",
+    )
     parser.add_argument("--out", type=Path, default=Path("results/sim.json"))
     parser.add_argument("--quiet", action="store_true", help="no line per seed")
     args = parser.parse_args(argv)
@@ -79,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         shape = replace(shape, messages=args.messages)
     if args.limits:
         shape = replace(shape, limits=True)
+    if args.no_corners:
+        shape = replace(shape, contract=False)
     knobs = Knobs.calm() if args.calm else Knobs()
     seeds = seeds_of(args.seeds)
     summary = Summary(version=code_version())

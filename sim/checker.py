@@ -26,8 +26,8 @@ against the documented guarantees.
   due near an outage; a cancel acknowledged after that does not excuse its loss.
 - Reschedules: one acknowledged that early moves the message: it is delivered at the new
   time and not at the old one; a chain of them (each naming the previous one's new time as
-  ``delay-was-due``) moves it to the last. One acknowledged that early, after what it moves
-  was acknowledged and before any cancel of it, is never refused.
+  ``delay-was-due``) moves it to the last. One acknowledged that early, written after what it
+  moves was acknowledged and before any cancel of it, is never refused.
 - Released when passed: a stored message is delivered within 10 minutes of the first
   scheduler run that passed its release second (its due second, or the later one its
   tenant's release cap gave it: ``delay-release-ms``), or of that time if later, unless the
@@ -485,7 +485,8 @@ class Checker:
         """The due times reschedules moved ``message`` to, in a chain (each names the time the
         one before moved it to); a delivery at an old time after a timely reschedule is a
         violation, and so is a timely reschedule refused although what it moves waited in the
-        store (README, Limits), was acknowledged before it, and no cancel came first."""
+        store (README, Limits), was acknowledged before the reschedule was written, and no
+        cancel came first."""
         moved: list[int] = []
         current, since = message.due_ms, self.ack_ms[id(message)] or 0
         horizon_ms = self.p.settings.horizon_seconds * 1000
@@ -497,7 +498,10 @@ class Checker:
             if refused is not None:
                 cancelled = bool(cancels)  # refused or not, the message is not delivered
                 stored = current - since > horizon_ms + STORED_MARGIN_MS
-                if self._early_enough(move, current) and stored and since <= ack and not cancelled:
+                # The contract: what it moves was acknowledged before the reschedule was written
+                # (a record it depends on, read later from another partition, leaves it refused).
+                before = since <= move.send_ms
+                if self._early_enough(move, current) and stored and before and not cancelled:
                     detail = f"a timely reschedule from {current} refused: {refused[0]}"
                     verdict.violations.append(
                         Violation("reschedule", message.delay_id, message.due_ms, detail)
