@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
 from itertools import pairwise
+from typing import Any
 
 from delayq import constants as c
 from delayq.limits import parse_limits
@@ -21,7 +22,16 @@ from sim.checker import STORED_MARGIN_MS, Checker
 from sim.faults import Knobs
 from sim.pipeline import Pipeline
 from sim.run import simulate
-from sim.workload import LARGE_BYTES, METERED, Intent, Shape, Workload, generate, partition_of
+from sim.workload import (
+    LARGE_BYTES,
+    METERED,
+    Intent,
+    Kind,
+    Shape,
+    Workload,
+    generate,
+    partition_of,
+)
 from tests.functional.test_sim import PLANT_LIMITED, QUOTA_SEED, calm_run
 
 
@@ -49,7 +59,7 @@ def _delivered_alone(pipeline: Pipeline, workload: Workload, stored: bool = Fals
     )
 
 
-def _later(message: Intent, kind: str, after_ms: int, **changes: object) -> Intent:
+def _later(message: Intent, kind: Kind, after_ms: int, **changes: Any) -> Intent:
     """A record of ``message``'s id written ``after_ms`` later on its partition, past the run's
     last offset (acknowledged by the checker's caller)."""
     return dataclasses.replace(
