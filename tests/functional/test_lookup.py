@@ -1,12 +1,12 @@
-"""`delayq get`'s reads (delayq.lookup): what the table says about one id, after the real
+"""`delayq get`'s reads (delayq_local.lookup): what the table says about one id, after the real
 ingest wrote it."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from delayq.lookup import UNKNOWABLE, locate
 from delayq.retry import Deadline
+from delayq_local.lookup import UNKNOWABLE, locate
 from testkit.clock import NOW_MS
 from testkit.events import kafka_event, kafka_record
 from tests.functional.conftest import Pipeline

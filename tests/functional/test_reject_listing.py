@@ -1,11 +1,11 @@
-"""`delayq rejects list` (delayq.reject_listing): the reject queue's records, decoded, left on
+"""`delayq rejects list` (delayq_local.reject_listing): the reject queue's records, decoded, left on
 the queue."""
 
 from __future__ import annotations
 
 from delayq.queues import SourceQueue
-from delayq.reject_listing import list_rejects
 from delayq.retry import Deadline
+from delayq_local.reject_listing import list_rejects
 from testkit.events import kafka_event, kafka_record
 from tests.functional.conftest import Pipeline
 
