@@ -16,7 +16,8 @@ its page; checked November 2026):
   1,000 WCU a second, and the table as a whole takes its warm throughput at once (a new
   on-demand table: 4,000 write units a second, more when pre-warmed). A capped tenant's
   messages get release slots here, at most ``cap`` per second from their due second on
-  (:mod:`delayq.shaping`), and are stored by release second.
+  (:mod:`delayq.shaping`), and are stored by release second (one more write, its locator,
+  for each stored away from its due second).
 * **scheduler**: one run per tick (the timer's minute fires somewhere within the minute: the
   seed draws where), up to its timeout less a safety margin; round by round it reads a page of
   every shard (``QUERY_CHUNK_SECONDS`` seconds at a time while seconds are light), sends the
@@ -566,7 +567,10 @@ class ScaleModel:
             cap = self.t.burst_cap_per_second if cohort.cls == BURST else None
             second = self._release_second(cohort, cap)
             room = per_key - per_second_written[second]
-            n = int(min(cohort.count, budget, room))
+            # A message stored away from its due second also writes its locator (another
+            # partition key: not the release second's room, but the table's throughput).
+            units = 2 if second != cohort.due_ms // 1000 else 1
+            n = int(min(cohort.count, budget / units, room))
             if cap is not None:
                 n = min(n, cap - self.slots[second])
             if n <= 0:
@@ -579,7 +583,7 @@ class ScaleModel:
             if cap is not None:
                 self.slots[second] += n
             per_second_written[second] += n
-            budget -= n
+            budget -= n * units
             cohort.count -= n
             if cohort.count == 0:
                 self.kafka.pop(0)

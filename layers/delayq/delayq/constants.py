@@ -10,6 +10,7 @@ __all__ = [
     "ATTR_CANCEL_TS",
     "ATTR_KEY",
     "ATTR_KEY_Z",
+    "ATTR_LOCATED_PK",
     "ATTR_MOVED_BY_SRC",
     "ATTR_MOVED_BY_TS",
     "ATTR_OFFLOADED_BYTES",
@@ -128,12 +129,14 @@ __all__ = [
     "KAFKA_RECORD_OVERHEAD_BYTES",
     "KIND_CANCEL",
     "KIND_COUNTER",
+    "KIND_LOCATOR",
     "KIND_MESSAGE",
     "KIND_PENDING",
     "KIND_STATS",
     "KIND_WATERMARK",
     "LATE_RANGE_KEEP_SECONDS",
     "LIFE_AFTER_RELEASE_SECONDS",
+    "LOCATOR_PK_PREFIX",
     "MAX_BUNDLE_ENTRIES",
     "MAX_DIRECT_WINDOW_MS",
     "MAX_ID_BYTES",
@@ -377,6 +380,10 @@ STORE_ZLIB_LEVEL: Final = 6
 KIND_MESSAGE: Final = "msg"
 KIND_CANCEL: Final = "cancel"
 KIND_WATERMARK: Final = "watermark"
+# Where a message stored away from its due second waits (a release cap's slot), found by id.
+KIND_LOCATOR: Final = "loc"
+LOCATOR_PK_PREFIX: Final = "loc#"
+ATTR_LOCATED_PK: Final = "at"
 KIND_STATS: Final = "stats"
 WATERMARK_PK: Final = "meta#watermark"
 WATERMARK_SK: Final = "-"

@@ -138,7 +138,7 @@ def _resolve(
     for r in live:
         candidates = [*stored[(r.delay_id, r.was_due_ms)]]
         candidates += [
-            copy for _, copy in made if due_second(copy.release_at_ms) == due_second(r.was_due_ms)
+            copy for _, copy in made if due_second(copy.due_ms) == due_second(r.was_due_ms)
         ]
         message = _movable(r, candidates, marker, settings, now_ms)
         if isinstance(message, RejectedRecord):

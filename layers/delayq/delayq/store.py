@@ -38,8 +38,10 @@ __all__ = [
     "cancel_key",
     "condition_failed",
     "id_of_sort_key",
+    "locator_item",
     "message_item",
     "message_key",
+    "needs_locator",
     "query_pool",
     "request_from_item",
     "sort_key",
@@ -146,6 +148,26 @@ def message_item(request: DelayRequest, shards: int, ttl_grace_seconds: int) -> 
     if request.payload_ref:
         item["payload_ref"] = {"S": request.payload_ref}
     return item
+
+
+def needs_locator(request: DelayRequest) -> bool:
+    """Whether a stored message waits away from its due second (a release cap's slot), so
+    that a reschedule naming its due time needs a locator to find it."""
+    return buckets.due_second(request.release_at_ms) != buckets.due_second(request.due_ms)
+
+
+def locator_item(request: DelayRequest, shards: int, ttl_grace_seconds: int) -> Item:
+    """Where a stored message waits, found by its id: ``loc#<id>``, the message's sort key,
+    its due time and its partition key (``at``); it expires with the message."""
+    key = message_key(request, shards)
+    return {
+        c.ATTR_PK: {"S": f"{c.LOCATOR_PK_PREFIX}{request.delay_id}"},
+        c.ATTR_SK: key[c.ATTR_SK],
+        "kind": {"S": c.KIND_LOCATOR},
+        "due_ms": {"N": str(request.due_ms)},
+        c.ATTR_LOCATED_PK: key[c.ATTR_PK],
+        c.ATTR_TTL: {"N": str(buckets.expires_at(request.release_at_ms, ttl_grace_seconds))},
+    }
 
 
 def message_key(request: DelayRequest, shards: int) -> Item:
@@ -345,8 +367,12 @@ class MessageStore:
     def put_messages(
         self, requests: Sequence[DelayRequest], now_ms: int, deadline: Deadline
     ) -> None:
-        """Store messages (TTL = due + grace). Same id and due twice is one item."""
+        """Store messages (TTL = release + grace), with a locator for each one a release cap
+        placed away from its due second. The same record stored twice is one item."""
         items = [message_item(r, self._shards, self._ttl_grace) for r in requests]
+        items += [
+            locator_item(r, self._shards, self._ttl_grace) for r in requests if needs_locator(r)
+        ]
         self._batch_write("store messages", items, deadline)
 
     def put_cancels(
@@ -620,37 +646,86 @@ class MessageStore:
     def versions_at(
         self, wanted: Sequence[tuple[str, int]], deadline: Deadline
     ) -> dict[tuple[str, int], list[DelayRequest]]:
-        """Every stored version of each ``(id, release time)``: the messages with that id
-        stored in that release second, strongly consistent, one Query per pair in parallel
-        (what a reschedule moves and a lookup shows; a message that was due within the
-        horizon when ingested was never stored). Pairs with none map to an empty list."""
+        """Every stored version of each ``(id, due time)``: the messages with that id due in
+        that second, wherever they wait (their due second, or the release slot a cap gave
+        them, found by their locator), strongly consistent, the Queries in parallel (what a
+        reschedule moves and a lookup shows; a message that was due within the horizon when
+        ingested was never stored). Pairs with none map to an empty list."""
         unique = sorted(set(wanted))
-        found = self._pool.map(lambda w: self._versions(w[0], w[1], deadline), unique)
-        return dict(zip(unique, found, strict=True))
+        ids = sorted({delay_id for delay_id, _ in unique})
+        in_buckets = self._pool.map(lambda w: self._versions(w[0], w[1], deadline), unique)
+        located = dict(
+            zip(ids, self._pool.map(lambda i: self._located(i, deadline), ids), strict=True)
+        )
+        found = dict(zip(unique, in_buckets, strict=True))
+        away = [
+            (delay_id, at_ms, item)
+            for delay_id, at_ms in unique
+            for item in located[delay_id]
+            if buckets.due_second(int(item["due_ms"]["N"])) == buckets.due_second(at_ms)
+        ]
+        keys = {
+            (i[c.ATTR_LOCATED_PK]["S"], i[c.ATTR_SK]["S"]): {
+                c.ATTR_PK: i[c.ATTR_LOCATED_PK],
+                c.ATTR_SK: i[c.ATTR_SK],
+            }
+            for _, _, i in away
+        }
+        fetched = self._batch_get("read located versions", list(keys.values()), deadline)
+        by_key = {
+            (i[c.ATTR_PK]["S"], i[c.ATTR_SK]["S"]): request_from_item(i)
+            for i in fetched
+            if i.get("kind", {}).get("S") == c.KIND_MESSAGE
+        }
+        for delay_id, at_ms, item in away:
+            version = by_key.get((item[c.ATTR_LOCATED_PK]["S"], item[c.ATTR_SK]["S"]))
+            if version is not None and version.delay_id == delay_id:
+                found[(delay_id, at_ms)].append(version)
+        return found
 
     def _versions(self, delay_id: str, at_ms: int, deadline: Deadline) -> list[DelayRequest]:
+        """The versions of ``delay_id`` due and waiting in ``at_ms``'s second."""
         second = buckets.due_second(at_ms)
+        items = self._query_all(
+            "read versions of an id",
+            buckets.bucket_key(second, buckets.shard_of(delay_id, self._shards)),
+            delay_id,
+            deadline,
+        )
+        versions = [
+            request_from_item(i)
+            for i in items
+            if i.get("kind", {}).get("S") == c.KIND_MESSAGE and id_of_sort_key(i) == delay_id
+        ]
+        return [v for v in versions if buckets.due_second(v.due_ms) == second]
+
+    def _located(self, delay_id: str, deadline: Deadline) -> list[Item]:
+        """The locators of ``delay_id`` (its messages stored away from their due second)."""
+        items = self._query_all(
+            "read locators of an id", f"{c.LOCATOR_PK_PREFIX}{delay_id}", None, deadline
+        )
+        return [i for i in items if i.get("kind", {}).get("S") == c.KIND_LOCATOR]
+
+    def _query_all(
+        self, operation: str, pk: str, prefix: str | None, deadline: Deadline
+    ) -> list[Item]:
+        """Every item of partition ``pk`` (whose sort key begins with ``prefix``), strongly
+        consistent, page after page."""
         kwargs: dict[str, Any] = {
             "TableName": self._table,
-            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :id)",
-            "ExpressionAttributeValues": {
-                ":pk": {"S": buckets.bucket_key(second, buckets.shard_of(delay_id, self._shards))},
-                ":id": {"S": delay_id},
-            },
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": {"S": pk}},
             "ConsistentRead": True,
         }
-        versions: list[DelayRequest] = []
+        if prefix is not None:
+            kwargs["KeyConditionExpression"] += " AND begins_with(sk, :prefix)"
+            kwargs["ExpressionAttributeValues"][":prefix"] = {"S": prefix}
+        items: list[Item] = []
         while True:
-            page = self._call(
-                "read versions of an id", partial(self._client.query, **kwargs), deadline
-            )
-            versions.extend(
-                request_from_item(i)
-                for i in page.get("Items", [])
-                if i.get("kind", {}).get("S") == c.KIND_MESSAGE and id_of_sort_key(i) == delay_id
-            )
+            page = self._call(operation, partial(self._client.query, **kwargs), deadline)
+            items.extend(page.get("Items", []))
             if "LastEvaluatedKey" not in page:
-                return versions
+                return items
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def _batch_get(
