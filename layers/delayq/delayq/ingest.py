@@ -290,6 +290,9 @@ def _keep(
     for request in prepared:
         routed = buckets.route(request.release_at_ms, now_ms, settings.horizon_seconds)
         (to_queue if routed is buckets.Route.QUEUE else to_store).append(request)
+    # With the id index on, what goes to the delay queue is found by id too (written first: a
+    # failure then leaves nothing queued without its locator).
+    services.store.put_queued_locators(to_queue, deadline)
     rescued = 0
     if tally is not None:
         tally.kept(to_store, queued=False)

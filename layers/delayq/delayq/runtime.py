@@ -88,6 +88,7 @@ def message_store(settings: Settings) -> MessageStore:
         shards=settings.shards,
         ttl_grace_seconds=settings.ttl_grace_seconds,
         max_delay_seconds=settings.max_delay_seconds,
+        index_all=bool(settings.id_index),
     )
 
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Item",
     "LateRanges",
+    "Located",
     "MessageStore",
     "Page",
     "Watermark",
@@ -62,6 +63,33 @@ class Page:
     messages: list[DelayRequest]
     # The sort key to read on after; None when the partition has nothing more.
     last_key: str | None
+
+
+@dataclass(frozen=True)
+class Located:
+    """One locator of an id: a version's due and release times, its record's timestamp,
+    where it waits (``queued``: ingest sent it to the delay queue), and the stored version
+    itself when it is still in the table."""
+
+    due_ms: int
+    release_ms: int
+    ts_ms: int
+    queued: bool
+    stored: DelayRequest | None = None
+
+
+def _located_of(item: Item, stored: DelayRequest | None) -> Located:
+    def number(name: str) -> int:
+        return int(item[name]["N"]) if name in item else 0
+
+    due_ms = number("due_ms")
+    return Located(
+        due_ms=due_ms,
+        release_ms=number(c.ATTR_RELEASE_MS) or due_ms,
+        ts_ms=number(c.ATTR_TS),
+        queued=item[c.ATTR_LOCATED_PK]["S"] == c.LOCATED_IN_QUEUE,
+        stored=stored,
+    )
 
 
 LateRanges = buckets.Ranges
@@ -157,14 +185,17 @@ def needs_locator(request: DelayRequest) -> bool:
 
 
 def locator_item(request: DelayRequest, shards: int, ttl_grace_seconds: int) -> Item:
-    """Where a stored message waits, found by its id: ``loc#<id>``, the message's sort key,
-    its due time and its partition key (``at``); it expires with the message."""
+    """Where a message waits, found by its id: ``loc#<id>``, the message's sort key, its due
+    and release times, its record's timestamp and the partition key it is stored under
+    (``at``, or ``queue``); it expires with the message."""
     key = message_key(request, shards)
     return {
         c.ATTR_PK: {"S": f"{c.LOCATOR_PK_PREFIX}{request.delay_id}"},
         c.ATTR_SK: key[c.ATTR_SK],
         "kind": {"S": c.KIND_LOCATOR},
         "due_ms": {"N": str(request.due_ms)},
+        c.ATTR_RELEASE_MS: {"N": str(request.release_at_ms)},
+        c.ATTR_TS: {"N": str(request.ts_ms)},
         c.ATTR_LOCATED_PK: key[c.ATTR_PK],
         c.ATTR_TTL: {"N": str(buckets.expires_at(request.release_at_ms, ttl_grace_seconds))},
     }
@@ -352,6 +383,7 @@ class MessageStore:
         backoff: Backoff | None = None,
         query_workers: int = 16,
         executor: Executor | None = None,
+        index_all: bool = False,
     ) -> None:
         self._client = client
         self._table = table_name
@@ -361,6 +393,9 @@ class MessageStore:
         self._backoff = backoff or Backoff()
         # ``executor``: where parallel queries and marker writes run (default: a pool).
         self._pool = executor or query_pool(shards, query_workers)
+        # The id index (``Settings.id_index``): a locator for every message, not only those a
+        # release cap stores away from their due second.
+        self.index_all = index_all
 
     # --- writes --------------------------------------------------------------------------
 
@@ -371,9 +406,23 @@ class MessageStore:
         placed away from its due second. The same record stored twice is one item."""
         items = [message_item(r, self._shards, self._ttl_grace) for r in requests]
         items += [
-            locator_item(r, self._shards, self._ttl_grace) for r in requests if needs_locator(r)
+            locator_item(r, self._shards, self._ttl_grace)
+            for r in requests
+            if self.index_all or needs_locator(r)
         ]
         self._batch_write("store messages", items, deadline)
+
+    def put_queued_locators(self, requests: Sequence[DelayRequest], deadline: Deadline) -> None:
+        """With the id index on, the locators of messages ingest sent to the delay queue
+        (``at`` = ``queue``); without it, nothing."""
+        if not self.index_all or not requests:
+            return
+        items = []
+        for r in requests:
+            item = locator_item(r, self._shards, self._ttl_grace)
+            item[c.ATTR_LOCATED_PK] = {"S": c.LOCATED_IN_QUEUE}
+            items.append(item)
+        self._batch_write("store locators", items, deadline)
 
     def put_cancels(
         self, cancels: Sequence[CancelRequest], now_ms: int, deadline: Deadline
@@ -652,36 +701,50 @@ class MessageStore:
         reschedule moves and a lookup shows; a message that was due within the horizon when
         ingested was never stored). Pairs with none map to an empty list."""
         unique = sorted(set(wanted))
-        ids = sorted({delay_id for delay_id, _ in unique})
         in_buckets = self._pool.map(lambda w: self._versions(w[0], w[1], deadline), unique)
-        located = dict(
+        found = dict(zip(unique, in_buckets, strict=True))
+        located = self.located([delay_id for delay_id, _ in unique], deadline)
+        for (delay_id, at_ms), versions in found.items():
+            second = buckets.due_second(at_ms)
+            keys = {sort_key(v) for v in versions}
+            versions.extend(
+                v
+                for v in (loc.stored for loc in located[delay_id])
+                if v is not None
+                and buckets.due_second(v.due_ms) == second
+                and sort_key(v) not in keys
+            )
+        return found
+
+    def located(self, delay_ids: Sequence[str], deadline: Deadline) -> dict[str, list[Located]]:
+        """Every locator of each id (strongly consistent), with the stored version it points
+        at when that is still in the table (``Located.stored``)."""
+        ids = sorted(set(delay_ids))
+        items = dict(
             zip(ids, self._pool.map(lambda i: self._located(i, deadline), ids), strict=True)
         )
-        found = dict(zip(unique, in_buckets, strict=True))
-        away = [
-            (delay_id, at_ms, item)
-            for delay_id, at_ms in unique
-            for item in located[delay_id]
-            if buckets.due_second(int(item["due_ms"]["N"])) == buckets.due_second(at_ms)
-        ]
         keys = {
             (i[c.ATTR_LOCATED_PK]["S"], i[c.ATTR_SK]["S"]): {
                 c.ATTR_PK: i[c.ATTR_LOCATED_PK],
                 c.ATTR_SK: i[c.ATTR_SK],
             }
-            for _, _, i in away
+            for found in items.values()
+            for i in found
+            if i[c.ATTR_LOCATED_PK]["S"] != c.LOCATED_IN_QUEUE
         }
         fetched = self._batch_get("read located versions", list(keys.values()), deadline)
-        by_key = {
+        versions = {
             (i[c.ATTR_PK]["S"], i[c.ATTR_SK]["S"]): request_from_item(i)
             for i in fetched
             if i.get("kind", {}).get("S") == c.KIND_MESSAGE
         }
-        for delay_id, at_ms, item in away:
-            version = by_key.get((item[c.ATTR_LOCATED_PK]["S"], item[c.ATTR_SK]["S"]))
-            if version is not None and version.delay_id == delay_id:
-                found[(delay_id, at_ms)].append(version)
-        return found
+        return {
+            delay_id: [
+                _located_of(i, versions.get((i[c.ATTR_LOCATED_PK]["S"], i[c.ATTR_SK]["S"])))
+                for i in found
+            ]
+            for delay_id, found in items.items()
+        }
 
     def _versions(self, delay_id: str, at_ms: int, deadline: Deadline) -> list[DelayRequest]:
         """The versions of ``delay_id`` due and waiting in ``at_ms``'s second."""
