@@ -95,12 +95,16 @@ def test_a_reschedule_naming_the_release_slot_instead_of_the_due_time_is_refused
     assert last in {delay_id for delay_id, _, _ in emitted(capped)}
 
 
-def test_a_message_stored_at_its_due_second_has_no_locator(capped: Pipeline) -> None:
+def test_a_burst_placed_away_from_its_due_second_costs_a_few_placement_items(
+    capped: Pipeline,
+) -> None:
     capped.ingest(burst(3))
     items = capped.aws.dynamodb.scan(TableName=capped.settings.table_name)["Items"]
-    located = sorted(i[c.ATTR_PK]["S"] for i in items if i["kind"]["S"] == c.KIND_LOCATOR)
+    placed = [json.loads(i[c.ATTR_PLACEMENTS]["S"]) for i in items if i["kind"]["S"] == "placed"]
     seconds = release_seconds(capped)
-    assert located == sorted(
-        f"{c.LOCATOR_PK_PREFIX}{i}" for i, s in seconds.items() if s != DUE_MS // 1000
+    # The two placed after their due second, one item per id group they fall in.
+    assert sorted([key.partition("#")[0], off] for pairs in placed for key, off in pairs) == sorted(
+        [i, s - DUE_MS // 1000] for i, s in seconds.items() if s != DUE_MS // 1000
     )
-    assert len(located) == 2
+    assert len(placed) <= 2
+    assert not [i for i in items if i["kind"]["S"] == c.KIND_LOCATOR]  # no id index

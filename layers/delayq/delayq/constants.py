@@ -18,6 +18,7 @@ __all__ = [
     "ATTR_PENDING_QUEUED",
     "ATTR_PENDING_STORED",
     "ATTR_PK",
+    "ATTR_PLACEMENTS",
     "ATTR_PRIORITY",
     "ATTR_RELEASE_MS",
     "ATTR_RESCHEDULE_DUE_MS",
@@ -133,6 +134,7 @@ __all__ = [
     "KIND_LOCATOR",
     "KIND_MESSAGE",
     "KIND_PENDING",
+    "KIND_PLACEMENT",
     "KIND_STATS",
     "KIND_WATERMARK",
     "LATE_RANGE_KEEP_SECONDS",
@@ -150,6 +152,9 @@ __all__ = [
     "MAX_TENANT_LENGTH",
     "PENDING_KEEP_SECONDS",
     "PENDING_PK_PREFIX",
+    "PLACEMENT_GROUPS",
+    "PLACEMENT_MAX_ENTRIES",
+    "PLACEMENT_PK_PREFIX",
     "PRIORITIES",
     "PRIORITY_HIGH",
     "PRIORITY_LOW",
@@ -389,6 +394,15 @@ LOCATOR_PK_PREFIX: Final = "loc#"
 ATTR_LOCATED_PK: Final = "at"
 # ``at`` of a message ingest sent to the delay queue (indexed when the id index is on).
 LOCATED_IN_QUEUE: Final = "queue"
+# Where a release cap placed the messages of one due-second (those stored in a later second),
+# grouped by a hash of the id: ``placed#<due second>#<group>``, one item per ingest batch and
+# group holding ``[sort key, seconds after due]`` pairs. A reschedule naming the due time
+# reads its id's group; a burst's thousand messages cost a few items, not a thousand.
+KIND_PLACEMENT: Final = "placed"
+PLACEMENT_PK_PREFIX: Final = "placed#"
+PLACEMENT_GROUPS: Final = 64
+PLACEMENT_MAX_ENTRIES: Final = 500
+ATTR_PLACEMENTS: Final = "placed"
 KIND_STATS: Final = "stats"
 WATERMARK_PK: Final = "meta#watermark"
 WATERMARK_SK: Final = "-"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import uuid
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -42,7 +43,9 @@ __all__ = [
     "locator_item",
     "message_item",
     "message_key",
-    "needs_locator",
+    "placed_away",
+    "placement_items",
+    "placement_key",
     "query_pool",
     "request_from_item",
     "sort_key",
@@ -178,9 +181,9 @@ def message_item(request: DelayRequest, shards: int, ttl_grace_seconds: int) -> 
     return item
 
 
-def needs_locator(request: DelayRequest) -> bool:
+def placed_away(request: DelayRequest) -> bool:
     """Whether a stored message waits away from its due second (a release cap's slot), so
-    that a reschedule naming its due time needs a locator to find it."""
+    that a reschedule naming its due time needs its placement to find it."""
     return buckets.due_second(request.release_at_ms) != buckets.due_second(request.due_ms)
 
 
@@ -199,6 +202,51 @@ def locator_item(request: DelayRequest, shards: int, ttl_grace_seconds: int) -> 
         c.ATTR_LOCATED_PK: key[c.ATTR_PK],
         c.ATTR_TTL: {"N": str(buckets.expires_at(request.release_at_ms, ttl_grace_seconds))},
     }
+
+
+def placement_key(delay_id: str, due_ms: int) -> str:
+    """The partition of the placements of ``delay_id``'s messages due in ``due_ms``'s second."""
+    group = zlib.crc32(delay_id.encode("utf-8")) % c.PLACEMENT_GROUPS
+    return f"{c.PLACEMENT_PK_PREFIX}{buckets.due_second(due_ms)}#{group}"
+
+
+def placement_items(requests: Sequence[DelayRequest], ttl_grace_seconds: int) -> list[Item]:
+    """Where a release cap placed ``requests`` (those stored away from their due second): per
+    due-second and id group, items of ``[sort key, seconds after due]`` pairs. An item's sort
+    key is a digest of its pairs, so the same batch stored twice writes the same items."""
+    grouped: dict[str, list[tuple[str, int, int]]] = {}
+    for r in requests:
+        if placed_away(r):
+            offset = buckets.due_second(r.release_at_ms) - buckets.due_second(r.due_ms)
+            expires = buckets.expires_at(r.release_at_ms, ttl_grace_seconds)
+            grouped.setdefault(placement_key(r.delay_id, r.due_ms), []).append(
+                (sort_key(r), offset, expires)
+            )
+    items = []
+    for pk, entries in grouped.items():
+        unique = sorted(set(entries))
+        for chunk in _chunks(unique, c.PLACEMENT_MAX_ENTRIES):
+            pairs = json.dumps([[key, offset] for key, offset, _ in chunk], separators=(",", ":"))
+            digest = hashlib.blake2b(pairs.encode(), digest_size=12).digest()
+            items.append(
+                {
+                    c.ATTR_PK: {"S": pk},
+                    c.ATTR_SK: {"S": base64.urlsafe_b64encode(digest).decode()},
+                    "kind": {"S": c.KIND_PLACEMENT},
+                    c.ATTR_PLACEMENTS: {"S": pairs},
+                    c.ATTR_TTL: {"N": str(max(expires for _, _, expires in chunk))},
+                }
+            )
+    return items
+
+
+def _is_version_of(sk: str, delay_id: str) -> bool:
+    """Whether a message sort key (:func:`sort_key`) is of ``delay_id``: the id alone, or the
+    id and a version tag (which has no separator)."""
+    if sk == delay_id:
+        return True
+    head, separator, tag = sk.rpartition(_VERSION_SEPARATOR)
+    return bool(separator) and head == delay_id and bool(tag)
 
 
 def message_key(request: DelayRequest, shards: int) -> Item:
@@ -402,14 +450,13 @@ class MessageStore:
     def put_messages(
         self, requests: Sequence[DelayRequest], now_ms: int, deadline: Deadline
     ) -> None:
-        """Store messages (TTL = release + grace), with a locator for each one a release cap
-        placed away from its due second. The same record stored twice is one item."""
+        """Store messages (TTL = release + grace), with the placements of those a release cap
+        stored away from their due second, and (id index on) a locator each. The same record
+        stored twice is one item."""
         items = [message_item(r, self._shards, self._ttl_grace) for r in requests]
-        items += [
-            locator_item(r, self._shards, self._ttl_grace)
-            for r in requests
-            if self.index_all or needs_locator(r)
-        ]
+        items += placement_items(requests, self._ttl_grace)
+        if self.index_all:
+            items += [locator_item(r, self._shards, self._ttl_grace) for r in requests]
         self._batch_write("store messages", items, deadline)
 
     def put_queued_locators(self, requests: Sequence[DelayRequest], deadline: Deadline) -> None:
@@ -697,24 +744,51 @@ class MessageStore:
     ) -> dict[tuple[str, int], list[DelayRequest]]:
         """Every stored version of each ``(id, due time)``: the messages with that id due in
         that second, wherever they wait (their due second, or the release slot a cap gave
-        them, found by their locator), strongly consistent, the Queries in parallel (what a
+        them, found by its placement), strongly consistent, the Queries in parallel (what a
         reschedule moves and a lookup shows; a message that was due within the horizon when
         ingested was never stored). Pairs with none map to an empty list."""
         unique = sorted(set(wanted))
         in_buckets = self._pool.map(lambda w: self._versions(w[0], w[1], deadline), unique)
+        placed = self._pool.map(lambda w: self._placed(w[0], w[1], deadline), unique)
         found = dict(zip(unique, in_buckets, strict=True))
-        located = self.located([delay_id for delay_id, _ in unique], deadline)
-        for (delay_id, at_ms), versions in found.items():
-            second = buckets.due_second(at_ms)
-            keys = {sort_key(v) for v in versions}
-            versions.extend(
-                v
-                for v in (loc.stored for loc in located[delay_id])
-                if v is not None
-                and buckets.due_second(v.due_ms) == second
-                and sort_key(v) not in keys
-            )
+        away = {w: keys for w, keys in zip(unique, placed, strict=True) if keys}
+        wanted_keys = {
+            (k[c.ATTR_PK]["S"], k[c.ATTR_SK]["S"]): k for ks in away.values() for k in ks
+        }
+        fetched = self._batch_get("read placed versions", list(wanted_keys.values()), deadline)
+        by_key = {
+            (i[c.ATTR_PK]["S"], i[c.ATTR_SK]["S"]): request_from_item(i)
+            for i in fetched
+            if i.get("kind", {}).get("S") == c.KIND_MESSAGE
+        }
+        for (delay_id, at_ms), keys in away.items():
+            versions = found[(delay_id, at_ms)]
+            seen = {sort_key(v) for v in versions}
+            for k in keys:
+                v = by_key.get((k[c.ATTR_PK]["S"], k[c.ATTR_SK]["S"]))
+                if v is not None and v.delay_id == delay_id and sort_key(v) not in seen:
+                    seen.add(sort_key(v))
+                    versions.append(v)
         return found
+
+    def _placed(self, delay_id: str, at_ms: int, deadline: Deadline) -> list[Item]:
+        """The keys of ``delay_id``'s messages due in ``at_ms``'s second that a release cap
+        stored in later seconds (their placements)."""
+        second = buckets.due_second(at_ms)
+        shard = buckets.shard_of(delay_id, self._shards)
+        keys: list[Item] = []
+        for item in self._query_all(
+            "read placements", placement_key(delay_id, at_ms), None, deadline
+        ):
+            for key, offset in json.loads(item.get(c.ATTR_PLACEMENTS, {}).get("S", "[]")):
+                if _is_version_of(key, delay_id):
+                    keys.append(
+                        {
+                            c.ATTR_PK: {"S": buckets.bucket_key(second + offset, shard)},
+                            c.ATTR_SK: {"S": key},
+                        }
+                    )
+        return keys
 
     def located(self, delay_ids: Sequence[str], deadline: Deadline) -> dict[str, list[Located]]:
         """Every locator of each id (strongly consistent), with the stored version it points
