@@ -457,8 +457,8 @@ def _slots_ignore_the_counters(monkeypatch: pytest.MonkeyPatch) -> None:
 
     def release_slots(
         _claim: Any, _key: str, due_second: int, count: int, _per_second: int, **kw: Any
-    ) -> list[tuple[int, int]]:
-        return [(max(due_second, kw.get("first_second") or due_second), count)]
+    ) -> list[tuple[int, int, int]]:
+        return [(max(due_second, kw.get("first_second") or due_second), count, 0)]
 
     monkeypatch.setattr(shaping, "release_slots", release_slots)
 
@@ -467,8 +467,8 @@ def _slot_replaces_due_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """A message's release is the start of its slot's second, even before its due time, and
     the release replaces the due time when it is produced."""
 
-    def released(request: DelayRequest, slot_second: int) -> DelayRequest:
-        return dataclasses.replace(request, release_ms=slot_second * 1000)
+    def released(request: DelayRequest, slot_second: int, rank: int) -> DelayRequest:
+        return dataclasses.replace(request, release_ms=slot_second * 1000, release_rank=rank)
 
     monkeypatch.setattr(shaping, "_released", released)
     monkeypatch.setattr(

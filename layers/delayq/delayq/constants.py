@@ -10,6 +10,7 @@ __all__ = [
     "ATTR_CANCEL_TS",
     "ATTR_KEY",
     "ATTR_KEY_Z",
+    "ATTR_LATE_COUNT",
     "ATTR_LOCATED_PK",
     "ATTR_MOVED_BY_SRC",
     "ATTR_MOVED_BY_TS",
@@ -21,6 +22,7 @@ __all__ = [
     "ATTR_PLACEMENTS",
     "ATTR_PRIORITY",
     "ATTR_RELEASE_MS",
+    "ATTR_RELEASE_RANK",
     "ATTR_RESCHEDULE_DUE_MS",
     "ATTR_RESCHEDULE_ORDER",
     "ATTR_RESCHEDULE_SRC",
@@ -421,6 +423,9 @@ ATTR_OFFLOADED_BYTES: Final = "pb"
 ATTR_TENANT: Final = "tenant"
 ATTR_PRIORITY: Final = "priority"
 ATTR_RELEASE_MS: Final = "release_ms"
+ATTR_RELEASE_RANK: Final = "rk"
+# A tenant counter's count of late messages that claimed its second first (strict caps).
+ATTR_LATE_COUNT: Final = "l"
 # A cancel marker: the latest cancel's record timestamp and coordinates.
 ATTR_CANCEL_TS: Final = "cancel_ts"
 ATTR_CANCEL_SRC: Final = "cancel_src"

@@ -118,6 +118,10 @@ class DelayRequest:
     priority: str = c.PRIORITY_NORMAL
     # When its tenant's release-rate cap lets it go (0: at its due time). Never before due.
     release_ms: int = 0
+    # Its place among the messages its tenant's cap counted in its release second (from 0; -1:
+    # not counted there: no cap, a reschedule's copy, a catch-up slot). Under strict caps, the
+    # late messages that claimed that second go first: a rank past what they left waits.
+    release_rank: int = -1
     # A later slot the emitter took for it from the same cap when it missed its release second
     # (the pipeline catching up; 0: none). It moves when the message goes, not its lateness,
     # which still counts from its release.
@@ -260,7 +264,7 @@ def _inline_body_bytes(request: DelayRequest) -> int:
     return (
         # The fixed field names and punctuation, the optional numbers and priority.
         256
-        + 4 * 24
+        + 5 * 24
         + 16
         + text_bytes
         + _json_bytes_len(request.key)

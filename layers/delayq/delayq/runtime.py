@@ -21,7 +21,7 @@ from delayq.payloads import PayloadStore
 from delayq.pending import PendingCounts
 from delayq.queues import DelayQueue, RejectQueue, SqsQueue, TickQueue
 from delayq.settings import Settings
-from delayq.shaping import Shaper
+from delayq.shaping import Shaper, catch_up_lead_ms
 from delayq.stats import DeliveryStats, FlushPolicy
 from delayq.store import MessageStore
 
@@ -192,7 +192,11 @@ def emitter_services(settings: Settings) -> EmitterServices:
         rejects=reject_queue(settings, payloads),
         payloads=payloads,
         stats=DeliveryStats(policy=FlushPolicy(max_messages=settings.stats_flush_messages)),
-        shaper=Shaper(store, settings.limits) if settings.strict_caps and limited else None,
+        shaper=(
+            Shaper(store, settings.limits, claim_lead_ms=catch_up_lead_ms(settings))
+            if settings.strict_caps and limited
+            else None
+        ),
     )
 
 

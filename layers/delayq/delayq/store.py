@@ -159,6 +159,8 @@ def message_item(request: DelayRequest, shards: int, ttl_grace_seconds: int) -> 
         item[c.ATTR_PRIORITY] = {"S": request.priority}
     if request.release_ms:
         item[c.ATTR_RELEASE_MS] = {"N": str(request.release_ms)}
+    if request.release_rank >= 0:
+        item[c.ATTR_RELEASE_RANK] = {"N": str(request.release_rank)}
     if request.ts_ms:
         item[c.ATTR_TS] = {"N": str(request.ts_ms)}
     if request.moved_src:
@@ -319,6 +321,7 @@ def request_from_item(item: Item) -> DelayRequest:
         tenant=item.get(c.ATTR_TENANT, {}).get("S", ""),
         priority=item.get(c.ATTR_PRIORITY, {}).get("S", c.PRIORITY_NORMAL),
         release_ms=int(item[c.ATTR_RELEASE_MS]["N"]) if c.ATTR_RELEASE_MS in item else 0,
+        release_rank=(int(item[c.ATTR_RELEASE_RANK]["N"]) if c.ATTR_RELEASE_RANK in item else -1),
         moved_ts_ms=int(item[c.ATTR_MOVED_BY_TS]["N"]) if c.ATTR_MOVED_BY_TS in item else 0,
         moved_src=item.get(c.ATTR_MOVED_BY_SRC, {}).get("S", ""),
     )
@@ -600,13 +603,21 @@ class MessageStore:
         return True
 
     def claim_counter(
-        self, pk: str, amount: int, claim: str, expires_s: int, deadline: Deadline
+        self,
+        pk: str,
+        amount: int,
+        claim: str,
+        expires_s: int,
+        deadline: Deadline,
+        *,
+        counter: str = "n",
     ) -> int:
         """Add ``amount`` to the counter item ``pk`` once per ``claim`` (an attribute name
         that identifies the records counted); returns the value after the claim's add, the
         same on every replay of it (a lost response, a redelivered batch): the counter as it
         was before the claim is kept in the ``claim`` attribute by the add itself. A replay
-        costs one failed conditional write and one strongly consistent read."""
+        costs one failed conditional write and one strongly consistent read. ``counter``: the
+        attribute counted (``n``; ``l`` for late messages under strict caps)."""
         expression = (
             "SET #c = if_not_exists(#n, :zero), kind = :kind, #ttl = :expires ADD #n :amount"
         )
@@ -618,7 +629,7 @@ class MessageStore:
                     Key={c.ATTR_PK: {"S": pk}, c.ATTR_SK: {"S": "-"}},
                     UpdateExpression=expression,
                     ConditionExpression="attribute_not_exists(#c)",
-                    ExpressionAttributeNames={"#n": "n", "#c": claim, "#ttl": c.ATTR_TTL},
+                    ExpressionAttributeNames={"#n": counter, "#c": claim, "#ttl": c.ATTR_TTL},
                     ExpressionAttributeValues={
                         ":amount": {"N": str(amount)},
                         ":zero": {"N": "0"},
@@ -633,7 +644,7 @@ class MessageStore:
             if not condition_failed(e):
                 raise
         else:
-            return int(response["Attributes"]["n"]["N"])
+            return int(response["Attributes"][counter]["N"])
         # Claimed before (its response was lost, or the batch is a replay).
         item = self._call(
             "read counter claim",
@@ -647,6 +658,24 @@ class MessageStore:
             deadline,
         )
         return int(item["Item"][claim]["N"]) + amount
+
+    def late_counts(self, keys: Sequence[str], deadline: Deadline) -> dict[str, int]:
+        """The late messages counted in each counter item ``keys`` (``rate#<tenant>#<second>``),
+        strongly consistent; 0 for a counter that has none."""
+        unique = sorted(set(keys))
+        items = self._batch_get(
+            "read late counts",
+            [{c.ATTR_PK: {"S": k}, c.ATTR_SK: {"S": "-"}} for k in unique],
+            deadline,
+            projection=(c.ATTR_PK, "#l"),
+            names={"#l": c.ATTR_LATE_COUNT},
+        )
+        found = {
+            i[c.ATTR_PK]["S"]: int(i[c.ATTR_LATE_COUNT]["N"])
+            for i in items
+            if c.ATTR_LATE_COUNT in i
+        }
+        return {k: found.get(k, 0) for k in unique}
 
     def put_item(self, item: Item, deadline: Deadline) -> None:
         """One plain PutItem (stats items)."""
