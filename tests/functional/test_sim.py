@@ -639,3 +639,24 @@ def test_the_pipeline_keeps_the_slot_a_late_capped_message_was_paced_to() -> Non
         assert pipeline.paced == {**before, ("late-1", NOW_MS): NOW_MS + 7_000}
     finally:
         pipeline.paced.pop(("late-1", NOW_MS), None)
+
+
+def test_the_run_counts_the_histories_that_exercised_each_clause() -> None:
+    pipeline, workload = simulate(QUOTA_SEED, LIMITED, Knobs.calm())
+    coverage = Checker(pipeline, workload).run().coverage
+    exercised = {
+        "cancel",
+        "reschedule",
+        "id reuse",
+        "across partitions",
+        "release cap or deferral",
+        "priority high or low",
+        "ingest quota refusal",
+        "large payload (S3)",
+    }
+    assert exercised <= {name for name, n in coverage.items() if n > 0}
+    # Counted from the records, not guessed: as many cancels as messages a later cancel names.
+    cancelled = {i.delay_id for i in workload.intents if i.kind == "cancel"}
+    assert 0 < coverage["cancel"] <= sum(
+        1 for i in workload.intents if i.kind == "delay" and i.delay_id in cancelled
+    )
