@@ -657,6 +657,8 @@ def test_the_run_counts_the_histories_that_exercised_each_clause() -> None:
     assert exercised <= {name for name, n in coverage.items() if n > 0}
     # Counted from the records, not guessed: as many cancels as messages a later cancel names.
     cancelled = {i.delay_id for i in workload.intents if i.kind == "cancel"}
-    assert 0 < coverage["cancel"] <= sum(
-        1 for i in workload.intents if i.kind == "delay" and i.delay_id in cancelled
+    assert (
+        0
+        < coverage["cancel"]
+        <= sum(1 for i in workload.intents if i.kind == "delay" and i.delay_id in cancelled)
     )
