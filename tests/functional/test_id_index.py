@@ -3,14 +3,10 @@ so reschedules without ``delay-was-due`` and operators find it by id alone."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
-
-import pytest
 
 from testkit.clock import NOW_MS
 from testkit.events import kafka_event, kafka_record
-from tests.factories import store_of
 from tests.functional.conftest import Pipeline
 from tests.functional.test_reschedule import (
     LATER_MS,
@@ -22,14 +18,6 @@ from tests.functional.test_reschedule import (
 )
 
 SOON_MS = NOW_MS + 120_000  # within the pipeline's horizon (300 s): queued at once
-
-
-@pytest.fixture
-def indexed(pipeline: Pipeline) -> Pipeline:
-    settings = pipeline.settings.with_overrides(id_index=1)
-    return dataclasses.replace(
-        pipeline, settings=settings, store=store_of(pipeline.aws.dynamodb, settings)
-    )
 
 
 def move_by_id(offset: int, new_due_ms: int, delay_id: str = "r-1") -> Any:

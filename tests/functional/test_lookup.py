@@ -10,7 +10,6 @@ from delayq_local.lookup import UNKNOWABLE, locate, waiting
 from testkit.clock import NOW_MS
 from testkit.events import kafka_event, kafka_record
 from tests.functional.conftest import Pipeline
-from tests.functional.test_id_index import indexed  # noqa: F401 (a fixture)
 
 DUE_MS = NOW_MS + 1_200_000  # beyond the pipeline's horizon: stored
 
