@@ -82,14 +82,14 @@ def reschedule(
     """
     outcome = RescheduleOutcome()
     per_id = chains(reschedules)
-    wanted = [
-        (r.delay_id, at)
-        for chain in per_id
-        for r in chain
-        for at in (r.was_due_ms, r.due_ms)
-        if at  # no delay-was-due: found by id (below)
-    ]
-    stored = store.versions_at(wanted, deadline)
+    # What each moves (no delay-was-due: found by id, below), and what is already at each new
+    # time (a redelivered reschedule's copy: never placed away by a cap).
+    old = [(r.delay_id, r.was_due_ms) for chain in per_id for r in chain if r.was_due_ms]
+    new = [(r.delay_id, r.due_ms) for chain in per_id for r in chain]
+    stored = {
+        **store.versions_at(new, deadline, placed=False),
+        **store.versions_at(old, deadline),
+    }
     by_id = [chain[0].delay_id for chain in per_id if any(not r.was_due_ms for r in chain)]
     for delay_id, located in (store.located(by_id, deadline) if by_id else {}).items():
         stored[(delay_id, 0)] = [loc.stored for loc in located if loc.stored is not None]

@@ -226,8 +226,7 @@ def placement_items(requests: Sequence[DelayRequest], ttl_grace_seconds: int) ->
             )
     items = []
     for pk, entries in grouped.items():
-        unique = sorted(set(entries))
-        for chunk in _chunks(unique, c.PLACEMENT_MAX_ENTRIES):
+        for chunk in _placement_chunks(sorted(set(entries))):
             pairs = json.dumps([[key, offset] for key, offset, _ in chunk], separators=(",", ":"))
             digest = hashlib.blake2b(pairs.encode(), digest_size=12).digest()
             items.append(
@@ -240,6 +239,22 @@ def placement_items(requests: Sequence[DelayRequest], ttl_grace_seconds: int) ->
                 }
             )
     return items
+
+
+def _placement_chunks(entries: list[tuple[str, int, int]]) -> Iterable[list[tuple[str, int, int]]]:
+    """``entries`` in runs of at most ``PLACEMENT_MAX_ENTRIES`` and ``PLACEMENT_MAX_BYTES`` of
+    sort keys (ids may be 1,000 bytes: an item stays far below DynamoDB's 400 KB)."""
+    chunk: list[tuple[str, int, int]] = []
+    size = 0
+    for entry in entries:
+        cost = len(entry[0].encode()) + 16
+        if chunk and (len(chunk) >= c.PLACEMENT_MAX_ENTRIES or size + cost > c.PLACEMENT_MAX_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(entry)
+        size += cost
+    if chunk:
+        yield chunk
 
 
 def _is_version_of(sk: str, delay_id: str) -> bool:
@@ -769,18 +784,21 @@ class MessageStore:
         return [r.delay_id in markers and markers[r.delay_id].applies(r) for r in requests]
 
     def versions_at(
-        self, wanted: Sequence[tuple[str, int]], deadline: Deadline
+        self, wanted: Sequence[tuple[str, int]], deadline: Deadline, *, placed: bool = True
     ) -> dict[tuple[str, int], list[DelayRequest]]:
         """Every stored version of each ``(id, due time)``: the messages with that id due in
         that second, wherever they wait (their due second, or the release slot a cap gave
         them, found by its placement), strongly consistent, the Queries in parallel (what a
         reschedule moves and a lookup shows; a message that was due within the horizon when
-        ingested was never stored). Pairs with none map to an empty list."""
+        ingested was never stored). Pairs with none map to an empty list. ``placed=False``:
+        only the due seconds' own buckets (what a reschedule's copy, never placed, needs)."""
         unique = sorted(set(wanted))
         in_buckets = self._pool.map(lambda w: self._versions(w[0], w[1], deadline), unique)
-        placed = self._pool.map(lambda w: self._placed(w[0], w[1], deadline), unique)
         found = dict(zip(unique, in_buckets, strict=True))
-        away = {w: keys for w, keys in zip(unique, placed, strict=True) if keys}
+        if not placed:
+            return found
+        placements = self._pool.map(lambda w: self._placed(w[0], w[1], deadline), unique)
+        away = {w: keys for w, keys in zip(unique, placements, strict=True) if keys}
         wanted_keys = {
             (k[c.ATTR_PK]["S"], k[c.ATTR_SK]["S"]): k for ks in away.values() for k in ks
         }
