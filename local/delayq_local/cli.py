@@ -23,13 +23,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 from delayq import constants as c
 from delayq.clock import Clock, Sleep, system_clock
 from delayq.exceptions import ConfigurationError, DelayQueueError
-from delayq.pending import PERIOD_MINUTES
-from delayq.queues import SourceQueue
-from delayq.redrive import RedriveReport, RedriveSource, redrive
 from delayq.retry import Deadline
-from delayq.runtime import client, message_store, pending_counts, redrive_services
+from delayq.runtime import client, message_store, pending_counts
 from delayq.settings import Settings, topic_allowed
-from delayq.stream_failures import FAILED_BATCH_PREFIX
 from delayq_local import deploy_init, kafka_commands
 from delayq_local.aws import AwsEndpoint
 from delayq_local.demo import DemoOptions, run_demo
@@ -38,11 +34,14 @@ from delayq_local.exceptions import LocalStackError
 from delayq_local.kafka_commands import epoch_ms, header
 from delayq_local.kafka_mock import CONSUMER_TUNING
 from delayq_local.lookup import Whereabouts, locate
-from delayq_local.pending_view import pending_report
+from delayq_local.pending_view import PERIOD_MINUTES, pending_report
+from delayq_local.redrive import RedriveReport, RedriveSource, redrive, redrive_services
 from delayq_local.reject_listing import list_rejects
 from delayq_local.reports import require_spark
+from delayq_local.source_queue import SourceQueue
 from delayq_local.stack import EmbeddedStack, StackConfig, TimeCompression, environ_during
 from delayq_local.state import allowed_targets, export_line, read_state, state_file, write_state
+from delayq_local.stream_failures import FAILED_BATCH_PREFIX
 
 # How often a running redrive reports its progress.
 PROGRESS_SECONDS: Final = 2.0

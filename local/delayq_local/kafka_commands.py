@@ -26,7 +26,6 @@ from typing import Any, Final
 import boto3
 
 from delayq import constants as c
-from delayq.clock import iso_ms
 from delayq.kafka import TokenProvider, msk_iam_token
 from delayq.settings import topic_allowed
 from delayq_local.exceptions import LocalStackError
@@ -34,6 +33,7 @@ from delayq_local.lookup import Whereabouts, waiting
 from delayq_local.producer import Acknowledged, DelayProducer, Due
 from delayq_local.state import allowed_targets, read_state
 from delayq_local.tail import Tail, choose_topics
+from delayq_local.timefmt import iso_ms
 
 DEFAULT_TOPIC: Final = "delay-requests"
 

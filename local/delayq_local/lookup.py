@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from delayq import buckets
-from delayq.clock import iso_ms
 from delayq.ordering import Marker, version_order
 from delayq.records import DelayRequest
 from delayq.retry import Deadline
 from delayq.store import Located, MessageStore, Watermark
+from delayq_local.timefmt import iso_ms
 
 __all__ = [
     "UNKNOWABLE",
