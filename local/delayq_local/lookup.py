@@ -68,9 +68,12 @@ class Whereabouts:
         reschedule applies), ``expired`` (its item is gone: delivered long ago)."""
         marker = self.marker
         if loc.queued:
-            # Queued whole: only its record time is indexed, which a later control covers.
-            controls = [m for m in (marker.cancel, marker.moved) if m] if marker else []
-            return "dropped" if any(ts > loc.ts_ms for ts, _ in controls) else "queued"
+            # Queued whole: its locator carries the version's record order, which the
+            # emitter compares with the same marker.
+            dropped = marker is not None and marker.drops(
+                loc.ts_ms, loc.src, loc.moved_ts_ms, loc.moved_src
+            )
+            return "dropped" if dropped else "queued"
         if loc.stored is None:
             return "expired"
         if marker is not None and marker.applies(loc.stored):

@@ -106,3 +106,29 @@ def test_with_the_index_every_version_is_found_by_id_and_placed(indexed: Pipelin
     cancelled = locate(indexed.store, "g-5", None, Deadline.after(10))
     assert [cancelled.state_of(loc) for loc in cancelled.located] == ["dropped"]
     assert waiting(cancelled, NOW_MS) == []
+
+
+def test_a_reschedule_copy_queued_by_ingest_is_queued_until_a_later_control(
+    indexed: Pipeline,
+) -> None:
+    soon_ms = NOW_MS + 120_000  # within the horizon: the copy goes to the delay queue
+    indexed.ingest(kafka_event(record(1, target="reminders", deliver_at=str(DUE_MS), id="g-6")))
+    indexed.ingest(kafka_event(record(2, reschedule="g-6", deliver_at=str(soon_ms))))
+
+    moved = locate(indexed.store, "g-6", None, Deadline.after(10))
+    # The copy keeps the original's record time, older than the reschedule that made it: only
+    # the reschedule's own order tells that the emitter delivers it.
+    assert {(loc.due_ms, loc.queued, moved.state_of(loc)) for loc in moved.located} == {
+        (DUE_MS, False, "dropped"),
+        (soon_ms, True, "queued"),
+    }
+    assert [loc.due_ms for loc in waiting(moved, NOW_MS)] == [soon_ms]
+
+    # A later reschedule drops that copy in its turn.
+    indexed.ingest(kafka_event(record(3, reschedule="g-6", deliver_at=str(DUE_MS + 60_000))))
+    again = locate(indexed.store, "g-6", None, Deadline.after(10))
+    assert {(loc.due_ms, again.state_of(loc)) for loc in again.located} == {
+        (DUE_MS, "dropped"),
+        (soon_ms, "dropped"),
+        (DUE_MS + 60_000, "waiting"),
+    }

@@ -18,7 +18,13 @@ from delayq.ingest import needs_offload
 from delayq.records import DelayRequest, estimated_body_bytes
 from delayq.retry import Deadline
 from delayq.settings import Settings
-from delayq.store import MessageStore, message_item, placement_items, request_from_item
+from delayq.store import (
+    MessageStore,
+    locator_item,
+    message_item,
+    placement_items,
+    request_from_item,
+)
 from testkit.aws import item_size, write_units
 from testkit.clock import NOW_MS, no_sleep_backoff
 from testkit.payload import order_event, random_bytes
@@ -213,6 +219,26 @@ def test_a_capped_message_waits_in_the_bucket_of_its_release_and_expires_after_i
     assert item["due_ms"] == plain["due_ms"]
     # Normal priority, no tenant and no release time cost no attribute.
     assert not {c.ATTR_TENANT, c.ATTR_PRIORITY, c.ATTR_RELEASE_MS} & plain.keys()
+
+
+def test_a_locator_keeps_the_record_order_a_cancel_or_reschedule_is_compared_with() -> None:
+    # A copy a reschedule queued is known by its locator alone: its record and the reschedule.
+    copy = dataclasses.replace(
+        json_message(1),
+        delay_id="order-9",
+        ts_ms=NOW_MS,
+        moved_ts_ms=NOW_MS + 5,
+        moved_src="delay-requests-2-40",
+    )
+    locator = locator_item(copy, 16, 86_400)
+    plain = locator_item(dataclasses.replace(json_message(1), ts_ms=NOW_MS), 16, 86_400)
+
+    assert locator["src"] == {"S": "delay-requests-0-1"}
+    assert locator[c.ATTR_MOVED_BY_TS] == {"N": str(NOW_MS + 5)}
+    assert locator[c.ATTR_MOVED_BY_SRC] == {"S": "delay-requests-2-40"}
+    # The id is its own coordinates: no src, as in the message item; not moved: no reschedule.
+    assert not {"src", c.ATTR_MOVED_BY_TS, c.ATTR_MOVED_BY_SRC} & plain.keys()
+    assert write_units(item_size(locator)) == 1
 
 
 def test_every_form_round_trips_through_dynamodb(aws: AwsResources) -> None:

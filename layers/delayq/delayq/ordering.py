@@ -99,13 +99,18 @@ class Marker:
 
     def applies(self, request: DelayRequest) -> bool:
         """Whether ``request`` must not be delivered."""
-        if self.cancel is not None and cancel_covers(*self.cancel, request):
+        return self.drops(request.ts_ms, request.src, request.moved_ts_ms, request.moved_src)
+
+    def drops(self, ts_ms: int, src: str, moved_ts_ms: int = 0, moved_src: str = "") -> bool:
+        """:meth:`applies` to a version known by its record (``ts_ms``, ``src``) and, for a
+        copy, the reschedule that made it (``moved_ts_ms``, ``moved_src``)."""
+        if self.cancel is not None and written_before(ts_ms, src, *self.cancel):
             return True
         if self.moved is None:
             return False
-        if request.moved_src:
-            return version_order(request) < record_order(*self.moved)
-        return written_before(request.ts_ms, request.src, *self.moved)
+        if moved_src:
+            return record_order(moved_ts_ms, moved_src) < record_order(*self.moved)
+        return written_before(ts_ms, src, *self.moved)
 
     def rescheduled_by(self, reschedule: RescheduleRequest) -> bool:
         """Whether ``reschedule`` is the one recorded here."""

@@ -70,15 +70,21 @@ class Page:
 
 @dataclass(frozen=True)
 class Located:
-    """One locator of an id: a version's due and release times, its record's timestamp,
-    where it waits (``queued``: ingest sent it to the delay queue), and the stored version
-    itself when it is still in the table."""
+    """One locator of an id: a version's due and release times, its record's timestamp and
+    coordinates, the reschedule that made it (a copy), where it waits (``queued``: ingest
+    sent it to the delay queue), and the stored version itself when it is still in the table.
+    The record's order is what a cancel or reschedule of the id is compared with
+    (:meth:`delayq.ordering.Marker.applies`), so an operator can tell the fate of a queued
+    version too."""
 
     due_ms: int
     release_ms: int
     ts_ms: int
     queued: bool
     stored: DelayRequest | None = None
+    src: str = ""
+    moved_ts_ms: int = 0
+    moved_src: str = ""
 
 
 def _located_of(item: Item, stored: DelayRequest | None) -> Located:
@@ -86,12 +92,16 @@ def _located_of(item: Item, stored: DelayRequest | None) -> Located:
         return int(item[name]["N"]) if name in item else 0
 
     due_ms = number("due_ms")
+    delay_id = item[c.ATTR_PK]["S"].removeprefix(c.LOCATOR_PK_PREFIX)
     return Located(
         due_ms=due_ms,
         release_ms=number(c.ATTR_RELEASE_MS) or due_ms,
         ts_ms=number(c.ATTR_TS),
         queued=item[c.ATTR_LOCATED_PK]["S"] == c.LOCATED_IN_QUEUE,
         stored=stored,
+        src=item["src"]["S"] if "src" in item else delay_id,
+        moved_ts_ms=number(c.ATTR_MOVED_BY_TS),
+        moved_src=item.get(c.ATTR_MOVED_BY_SRC, {}).get("S", ""),
     )
 
 
@@ -191,10 +201,11 @@ def placed_away(request: DelayRequest) -> bool:
 
 def locator_item(request: DelayRequest, shards: int, ttl_grace_seconds: int) -> Item:
     """Where a message waits, found by its id: ``loc#<id>``, the message's sort key, its due
-    and release times, its record's timestamp and the partition key it is stored under
-    (``at``, or ``queue``); it expires with the message."""
+    and release times, its record's timestamp and coordinates (``src`` left out when it is the
+    id, as in the message item), the reschedule that made it (a copy) and the partition key
+    it is stored under (``at``, or ``queue``); it expires with the message."""
     key = message_key(request, shards)
-    return {
+    item = {
         c.ATTR_PK: {"S": f"{c.LOCATOR_PK_PREFIX}{request.delay_id}"},
         c.ATTR_SK: key[c.ATTR_SK],
         "kind": {"S": c.KIND_LOCATOR},
@@ -204,6 +215,12 @@ def locator_item(request: DelayRequest, shards: int, ttl_grace_seconds: int) -> 
         c.ATTR_LOCATED_PK: key[c.ATTR_PK],
         c.ATTR_TTL: {"N": str(buckets.expires_at(request.release_at_ms, ttl_grace_seconds))},
     }
+    if request.src != request.delay_id:
+        item["src"] = {"S": request.src}
+    if request.moved_src:
+        item[c.ATTR_MOVED_BY_TS] = {"N": str(request.moved_ts_ms)}
+        item[c.ATTR_MOVED_BY_SRC] = {"S": request.moved_src}
+    return item
 
 
 def placement_key(delay_id: str, due_ms: int) -> str:
