@@ -372,7 +372,7 @@ class _Run:
             try:
                 queue.send(
                     [
-                        dataclasses.replace(e.request, attempts=0)
+                        dataclasses.replace(e.request, attempts=0, failing_since_ms=0)
                         for _, entries in ready
                         for e in entries
                         if e.request is not None

@@ -4,6 +4,7 @@ deleted from their source before their destination accepted them."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import random
 from collections.abc import Callable
@@ -101,6 +102,21 @@ def test_dead_letters_go_back_to_the_delay_queue_delayed_until_due(p: Pipeline) 
     assert sorted(requeued(p), key=lambda r: r.due_ms) == [past, soon, later]
     # Whole seconds, rounded down, minus the emitter's lead; at most SQS's 900 s.
     assert sorted(e.delay_seconds for e in p.delayed()) == [0, 29, 900]
+
+
+def test_a_dead_letter_starts_afresh_its_refusals_and_its_outage_time(p: Pipeline) -> None:
+    worn = dataclasses.replace(
+        delay_request(delay_id="worn", due_ms=NOW_MS - 90_000_000),
+        attempts=4,
+        failing_since_ms=NOW_MS - 86_000,
+    )
+    dead_letter(p, worn)
+
+    run(p, DLQ)
+
+    [back] = requeued(p)
+    assert (back.attempts, back.failing_since_ms) == (0, 0)
+    assert back.delay_id == "worn"
 
 
 def test_a_dead_lettered_bundle_goes_back_whole_and_a_dry_run_counts_its_messages(

@@ -28,8 +28,10 @@ UNAVAILABLE = Undelivered(Failure.UNAVAILABLE, "KafkaError{code=_MSG_TIMED_OUT}"
 REFUSED = Undelivered(Failure.REFUSED, "KafkaError{code=MSG_SIZE_TOO_LARGE}")
 
 
-def step(failure: Undelivered, *, now_ms: int = NOW_MS, attempts: int = 0) -> Retry | DeadLetter:
-    request = replace(REQUEST, attempts=attempts)
+def step(
+    failure: Undelivered, *, now_ms: int = NOW_MS, attempts: int = 0, failing_since_ms: int = 0
+) -> Retry | DeadLetter:
+    request = replace(REQUEST, attempts=attempts, failing_since_ms=failing_since_ms)
     return after_failure(
         request, Envelope(request).encode(), failure, now_ms=now_ms, settings=SETTINGS
     )
@@ -51,16 +53,37 @@ def test_an_unreachable_target_does_not_use_up_attempts() -> None:
 
 
 def test_an_hour_long_outage_is_still_retried_within_the_limit() -> None:
-    retry = step(UNAVAILABLE, now_ms=DUE + 3_600_000)
+    retry = step(UNAVAILABLE, now_ms=DUE + 3_600_000, failing_since_ms=DUE)
     assert isinstance(retry, Retry)
     assert retry.entry.delay_seconds == 60
 
 
 def test_an_outage_longer_than_the_limit_is_dead_lettered_with_the_reason() -> None:
-    dead = step(UNAVAILABLE, now_ms=DUE + 3_600_001)
+    dead = step(UNAVAILABLE, now_ms=DUE + 3_600_001, failing_since_ms=DUE)
     assert isinstance(dead, DeadLetter)
     assert dead.reason == "target-unavailable"
+    assert "after its first failed delivery" in dead.detail
     assert "_MSG_TIMED_OUT" in dead.detail
+
+
+def test_a_message_that_comes_late_gets_the_whole_limit_from_its_first_failure() -> None:
+    # Delivered a day after due (a scheduler outage, a redrive), it meets one failure.
+    first = NOW_MS + 86_400_000
+    retry = step(UNAVAILABLE, now_ms=first)
+    assert isinstance(retry, Retry)
+    retried = Envelope.decode(retry.entry.text).request
+    assert retried.failing_since_ms == first
+    assert retried.attempts == 0
+    # The envelope keeps the first failure: later failures neither move it nor get more time.
+    again = after_failure(
+        retried, retry.entry.text, UNAVAILABLE, now_ms=first + 3_600_000, settings=SETTINGS
+    )
+    assert isinstance(again, Retry)
+    assert Envelope.decode(again.entry.text).request.failing_since_ms == first
+    dead = after_failure(
+        retried, retry.entry.text, UNAVAILABLE, now_ms=first + 3_600_001, settings=SETTINGS
+    )
+    assert isinstance(dead, DeadLetter)
 
 
 def test_a_message_its_cap_had_no_room_for_is_dead_lettered_from_its_last_slot_as_such() -> None:

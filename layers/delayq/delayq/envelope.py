@@ -52,8 +52,8 @@ class Envelope:
         """The SQS body (JSON, version 1). ``ts``, ``pb`` (offloaded bytes), ``n`` (refused
         deliveries), ``rl`` (release time), ``rk`` (release rank), ``pc`` (the emitter's
         catch-up slot), ``tn`` (tenant), ``pr`` (priority), ``mt`` and ``ms`` (the reschedule
-        that moved it) are left out when they have their default: readers take the default
-        for a missing one."""
+        that moved it), ``fs`` (its first failed delivery) are left out when they have their
+        default: readers take the default for a missing one."""
         r = self.request
         body: dict[str, Any] = {
             "v": ENVELOPE_VERSION,
@@ -73,6 +73,7 @@ class Envelope:
             ("rl", r.release_ms),
             ("pc", r.paced_ms),
             ("mt", r.moved_ts_ms),
+            ("fs", r.failing_since_ms),
         ):
             if number:
                 body[name] = number
@@ -196,6 +197,7 @@ def _request_of(d: Any) -> DelayRequest:
             paced_ms=_count(d, "pc"),
             moved_ts_ms=_count(d, "mt"),
             moved_src=_optional_text(d, "ms", ""),
+            failing_since_ms=_count(d, "fs"),
             tenant=_optional_text(d, "tn", ""),
             priority=_known_priority(_optional_text(d, "pr", c.PRIORITY_NORMAL)),
         )

@@ -131,6 +131,9 @@ class DelayRequest:
     # the original also cancels the copy (``delayq.store.Marker``).
     moved_ts_ms: int = 0
     moved_src: str = ""
+    # When a delivery of it first failed for want of the target or a service it needs (0:
+    # never): it is retried ``target_outage_max_seconds`` from then, however late it came.
+    failing_since_ms: int = 0
 
     @property
     def owner(self) -> str:

@@ -9,8 +9,10 @@ to the delay queue's dead-letter queue with its reason). The rule depends on why
     payload, DynamoDB for the cancel check) could not be read. Nothing is wrong with the
     message, so its attempts are not used up: it is retried with a back-off that grows with
     its lateness (2 s, then about an eighth of how late it is, at most 60 s) until
-    ``target_outage_max_seconds`` after its due time, then dead-lettered. An outage of an
-    hour ends with everything delivered.
+    ``target_outage_max_seconds`` after its first failed delivery (``fs`` in its envelope) or
+    its last release slot, whichever is later, then dead-lettered. An outage of an hour ends
+    with everything delivered; so does one met by a message that comes late (after a
+    scheduler outage, a redrive).
 ``target-refused``
     The cluster refused this record (too large, unknown topic, not authorised). It is retried
     after 2, 4, 8 ... s and dead-lettered at its ``delivery_max_attempts``-th refusal.
@@ -97,8 +99,16 @@ def after_failure(
         return Retry(QueueEntry(delay, text, request.offloaded_bytes, request.priority))
     if failure.failure is Failure.PAYLOAD_MISSING:
         return DeadLetter(str(Failure.PAYLOAD_MISSING), failure.detail)
-    if now_ms - request.release_at_ms > settings.target_outage_max_seconds * 1000:
-        since = "its last release slot" if failure.failure is Failure.CAP_FULL else "due"
+    if failure.failure is Failure.CAP_FULL:
+        since_ms, since = request.release_at_ms, "its last release slot"
+    else:
+        # A catch-up slot after the first failure starts the count again, as for a full cap.
+        failing_since_ms = request.failing_since_ms or now_ms
+        since_ms = max(failing_since_ms, request.release_at_ms)
+        since = "its first failed delivery or its last release slot"
+        if not request.failing_since_ms:
+            entry_text = Envelope(dataclasses.replace(request, failing_since_ms=now_ms)).encode()
+    if now_ms - since_ms > settings.target_outage_max_seconds * 1000:
         detail = (
             f"not delivered {settings.target_outage_max_seconds} s after {since}; "
             f"last: {failure.detail}"
