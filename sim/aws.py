@@ -79,6 +79,8 @@ class ReplicatedDynamoDB:
         self.replica = FakeDynamoDB(RequestCounter())
         self.budget = PartitionBudget(world, knobs)
         self._applied_until = 0
+        # Called with the table and the keys of each write the primary took (TTL watches).
+        self.on_write: Callable[[str, list[tuple[str, str]]], None] = lambda _t, _k: None
 
     def create_table(self, name: str) -> None:
         """On both copies."""
@@ -120,6 +122,8 @@ class ReplicatedDynamoDB:
             self.budget.spend("write", pk, n)
         if answer.get("UnprocessedItems"):
             raise NotImplementedError("the in-memory primary never leaves items unprocessed")
+        for table, keys in _written_keys(name, kwargs).items():
+            self.on_write(table, keys)
         replay = copy.deepcopy(kwargs)
         replay.pop("ConditionExpression", None)  # it held on the primary, in the same order
         lag = self.world.rng.randint(0, self.knobs.stale_read_ms)
@@ -129,6 +133,11 @@ class ReplicatedDynamoDB:
 
     def _replay(self, name: str, kwargs: dict[str, Any]) -> None:
         getattr(self.replica, name)(**kwargs)
+
+    def stored(self, name: str, pk: str, sk: str) -> dict[str, Any] | None:
+        """The primary's item at a key (not an API call: nothing counted)."""
+        found = self.primary._get(self.primary._table(name, "GetItem"), pk, sk)
+        return None if found is None else found.item
 
     def _read(self, name: str, kwargs: dict[str, Any]) -> Any:
         if name == "batch_get_item":
@@ -167,6 +176,20 @@ def _write_units(name: str, kwargs: Mapping[str, Any]) -> dict[str, float]:
     return {kwargs["Key"]["pk"]["S"]: 1}
 
 
+def _written_keys(name: str, kwargs: Mapping[str, Any]) -> dict[str, list[tuple[str, str]]]:
+    """The keys a write touched, by table."""
+    if name == "batch_write_item":
+        out: dict[str, list[tuple[str, str]]] = {}
+        for table, writes in kwargs["RequestItems"].items():
+            for w in writes:
+                put = w.get("PutRequest")
+                key = put["Item"] if put else w["DeleteRequest"]["Key"]
+                out.setdefault(table, []).append((key["pk"]["S"], key["sk"]["S"]))
+        return out
+    key = kwargs["Item"] if name == "put_item" else kwargs["Key"]
+    return {kwargs["TableName"]: [(key["pk"]["S"], key["sk"]["S"])]}
+
+
 def _read_key(name: str, kwargs: Mapping[str, Any]) -> str | None:
     """The partition key a GetItem or a Query on the table reads (None: a batch read, an
     index query; not budgeted here)."""
@@ -179,20 +202,29 @@ def _read_key(name: str, kwargs: Mapping[str, Any]) -> str | None:
     return None
 
 
+# DynamoDB Streams keep a record 24 hours; older records are trimmed, never read.
+STREAM_RETENTION_MS: Final = 24 * 3_600_000
+
+
 @dataclass
 class StreamRecord:
-    """One DynamoDB stream record (the shape the cleanup function reads)."""
+    """One DynamoDB stream record (the shape the cleanup function reads), and when it was
+    written to the stream (it is trimmed ``STREAM_RETENTION_MS`` later)."""
 
     sequence: int
     raw: dict[str, Any]
+    at_ms: int = 0
 
 
 class Ttl:
-    """DynamoDB TTL: an expired item is deleted at a moment drawn once, up to ``ttl_lag_s``
-    after its expiry, and stays readable until then; each deletion is a stream record with
-    the service principal as its identity (delivered at least once)."""
+    """DynamoDB TTL: an expired item is deleted at a moment drawn up to ``ttl_lag_s`` after
+    its expiry (or after the write, for an item written already expired), and stays readable
+    until then; each deletion is a stream record with the service principal as its identity
+    (delivered at least once).
 
-    SWEEP_MS: Final = 60_000
+    Event-driven: each write of an item with a TTL plans one deletion event for that item and
+    that expiry; the event deletes the item only if it still carries that expiry. A long lag
+    thus costs no more events than a short one."""
 
     def __init__(self, world: World, knobs: Knobs, table: ReplicatedDynamoDB, name: str) -> None:
         self.world = world
@@ -200,35 +232,58 @@ class Ttl:
         self.table = table
         self.name = name
         self.stream: list[StreamRecord] = []
-        # Called after each sweep that appended stream records (the stream's event source).
+        # Called after each deletion that appended stream records (the stream's event source).
         self.on_records: Callable[[], None] = lambda: None
         self.deleted = 0
-        self._when: dict[tuple[str, str, str], int] = {}
+        self._planned: set[tuple[str, str, str]] = set()
         self._sequence = 0
 
     def start(self) -> None:
-        """Sweep once a minute from now on."""
-        self.world.at(self.world.now_ms + self.SWEEP_MS, self.sweep)
+        """Watch the table's writes from now on (and plan what it already holds)."""
+        self.table.on_write = self._written
+        for item in self.table.items(self.name):
+            self._plan(item)
+
+    def _written(self, table: str, keys: list[tuple[str, str]]) -> None:
+        if table != self.name:
+            return
+        for pk, sk in keys:
+            item = self.table.stored(self.name, pk, sk)
+            if item is not None:
+                self._plan(item)
+
+    def _plan(self, item: dict[str, Any]) -> None:
+        expires = item.get(c.ATTR_TTL, {}).get("N")
+        if expires is None:
+            return
+        key = (item["pk"]["S"], item["sk"]["S"], expires)
+        if key in self._planned:
+            return
+        self._planned.add(key)
+        lag = self.world.rng.randint(0, self.knobs.ttl_lag_s * 1000)
+        when = max(int(expires) * 1000, self.world.now_ms) + lag
+        self.world.at(when, lambda: self._expire(key))
+
+    def _expire(self, key: tuple[str, str, str]) -> None:
+        """Delete the item if it still carries the expiry this event was planned for."""
+        self._planned.discard(key)
+        pk, sk, expires = key
+        item = self.table.stored(self.name, pk, sk)
+        if item is None or item.get(c.ATTR_TTL, {}).get("N") != expires:
+            return  # deleted, or given another expiry (planned by its own write)
+        self._delete(item)
+        self.on_records()
 
     def sweep(self) -> None:
-        """Delete what is due for deletion; draw the moment of what has just expired."""
+        """Delete at once every expired item (a lag of nothing; for tests)."""
         now = self.world.now_ms
         before = len(self.stream)
         for item in self.table.items(self.name):
             expires = item.get(c.ATTR_TTL, {}).get("N")
-            if expires is None or int(expires) * 1000 > now:
-                continue
-            key = (item["pk"]["S"], item["sk"]["S"], expires)
-            when = self._when.get(key)
-            if when is None:
-                lag = self.world.rng.randint(0, self.knobs.ttl_lag_s * 1000)
-                when = self._when[key] = int(expires) * 1000 + lag
-            if when <= now:
+            if expires is not None and int(expires) * 1000 <= now:
                 self._delete(item)
-                del self._when[key]
         if len(self.stream) > before:
             self.on_records()
-        self.world.at(now + self.SWEEP_MS, self.sweep)
 
     def _delete(self, item: dict[str, Any]) -> None:
         image = copy.deepcopy(item)
@@ -252,6 +307,7 @@ class Ttl:
                             "StreamViewType": "NEW_AND_OLD_IMAGES",
                         },
                     },
+                    self.world.now_ms,
                 )
             )
 

@@ -26,7 +26,7 @@ from delayq.store import MessageStore
 from sim.aws import ReplicatedDynamoDB, SimProducer, TargetCluster, Ttl
 from sim.faults import DriftingClock, Faulty, Knobs, RetryLedger
 from sim.functions import Container, Functions
-from sim.iam import Roles, roles
+from sim.iam import Roles, parameter, roles
 from sim.sources.delay_queue import DelayQueueSource
 from sim.sources.kafka import KafkaSource
 from sim.sources.sqs import QueuePoller
@@ -49,8 +49,9 @@ ALLOWED: Final = ("orders.*", "reminders")
 
 
 def sim_settings(roles: Roles, **overrides: Any) -> Settings:
-    """AWS's periods (15-minute horizon, 1-minute tick), with a TTL grace short enough that
-    a run reaches it (the scheduler outage knob is longer); the resources the template names."""
+    """AWS's periods (15-minute horizon, 1-minute tick), the TTL grace the template deploys
+    (``TtlGraceSeconds``; the scheduler outage knob is longer); the resources the template
+    names."""
     names = roles.names
     values: dict[str, Any] = {
         "table_name": names["MessageTable"],
@@ -62,7 +63,7 @@ def sim_settings(roles: Roles, **overrides: Any) -> Settings:
         "allowed_targets": ALLOWED,
         "kafka_bootstrap": "sim:9092",
         "shards": 4,
-        "ttl_grace_seconds": 1800,
+        "ttl_grace_seconds": int(parameter("TtlGraceSeconds")),
         "ttl_clock_margin_seconds": 60,
         "stats_flush_messages": 1000,
     }

@@ -12,9 +12,17 @@ from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeou
 from confluent_kafka import KafkaError
 
 from delayq import constants as c
-from sim.aws import ReplicatedDynamoDB, SimProducer, TargetCluster, Ttl
+from sim.aws import (
+    ReplicatedDynamoDB,
+    SimProducer,
+    TargetCluster,
+    Ttl,
+)
 from sim.faults import DriftingClock, Faulty, Knobs, RetryLedger
-from sim.iam import roles
+from sim.functions import Functions
+from sim.iam import parameter, roles
+from sim.pipeline import sim_settings
+from sim.sources.stream import StreamSource
 from sim.workload import Shape, generate
 from sim.world import Crash, Invocation, World
 from testkit.aws import FakeSqs, RequestCounter
@@ -339,26 +347,65 @@ def test_a_partition_key_past_its_read_units_in_a_second_is_throttled() -> None:
     assert len(table.query(**query)["Items"]) == 1
 
 
-def test_ttl_deletes_within_the_lag_and_expired_items_stay_readable_until_then() -> None:
-    w = world()
-    knobs = replace(CALM, ttl_lag_s=3_600)
+def ttl_table(w: World, knobs: Knobs) -> tuple[ReplicatedDynamoDB, Ttl]:
     table = ReplicatedDynamoDB(w, knobs, RequestCounter())
     table.create_table(TABLE)
-    expires_s = NOW_MS // 1000 + 60
-    table.put_item(
-        TableName=TABLE,
-        Item=item("p", "s", kind={"S": c.KIND_MESSAGE}, **{c.ATTR_TTL: {"N": str(expires_s)}}),
-    )
     ttl = Ttl(w, knobs, table, TABLE)
+    return table, ttl
+
+
+def expiring(sk: str, expires_s: int) -> dict[str, Any]:
+    return item("p", sk, kind={"S": c.KIND_MESSAGE}, **{c.ATTR_TTL: {"N": str(expires_s)}})
+
+
+def test_ttl_deletes_within_two_days_and_expired_items_stay_readable_until_then() -> None:
+    # AWS: "DynamoDB typically deletes expired items within two days of expiration" (https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_UpdateTimeToLive.html)
+    assert Knobs().ttl_lag_s == 48 * 3600
+    w = world()
+    table, ttl = ttl_table(w, CALM)
+    expires_s = NOW_MS // 1000 + 60
+    for n in range(50):
+        table.put_item(TableName=TABLE, Item=expiring(f"s{n}", expires_s))
     ttl.start()
     w.run_until(expires_s * 1000 + 1)
-    assert table.items(TABLE)  # expired, not deleted yet
-    w.run_until(expires_s * 1000 + 3_600_000 + 2 * Ttl.SWEEP_MS)
+    assert len(table.items(TABLE)) == 50  # expired, not deleted yet
+    w.run_until(expires_s * 1000 + 24 * 3_600_000)
+    assert 0 < len(table.items(TABLE)) < 50  # lags spread over the two days
+    w.run_until(expires_s * 1000 + 48 * 3_600_000)
     assert table.items(TABLE) == []
-    (record,) = ttl.stream
+    assert len(ttl.stream) == 50
+    record = ttl.stream[0]
     assert record.raw["eventName"] == "REMOVE"
     assert record.raw["userIdentity"] == {"type": "Service", "principalId": c.TTL_PRINCIPAL}
-    assert record.raw["dynamodb"]["OldImage"]["sk"] == {"S": "s"}
+    assert record.raw["dynamodb"]["OldImage"]["kind"] == {"S": c.KIND_MESSAGE}
+
+
+def test_a_long_ttl_lag_costs_one_event_per_expiry_not_a_sweep_a_minute() -> None:
+    w = world()
+    table, ttl = ttl_table(w, CALM)
+    ttl.start()
+    table.put_item(TableName=TABLE, Item=expiring("s", NOW_MS // 1000 + 60))
+    # The world's queue: the write reaching the replica, and the one planned deletion.
+    assert len(w._heap) == 2
+    w.run_until(NOW_MS + 72 * 3_600_000)
+    assert table.items(TABLE) == []
+
+
+def test_an_item_given_a_later_expiry_is_deleted_only_after_it() -> None:
+    w = world(2)
+    table, ttl = ttl_table(w, replace(CALM, ttl_lag_s=0))
+    ttl.start()
+    table.put_item(TableName=TABLE, Item=expiring("s", NOW_MS // 1000 + 60))
+    table.put_item(TableName=TABLE, Item=expiring("s", NOW_MS // 1000 + 7200))
+    w.run_until(NOW_MS + 3_600_000)
+    assert table.items(TABLE)  # its first expiry is no longer its own
+    w.run_until(NOW_MS + 7_200_000)
+    assert table.items(TABLE) == []
+    assert len(ttl.stream) == 1
+
+
+def test_the_simulation_uses_the_ttl_grace_the_template_deploys() -> None:
+    assert sim_settings(roles()).ttl_grace_seconds == int(parameter("TtlGraceSeconds")) == 86_400
 
 
 def test_stream_records_may_come_twice() -> None:
@@ -370,6 +417,27 @@ def test_stream_records_may_come_twice() -> None:
     ttl = Ttl(w, knobs, table, TABLE)
     ttl.sweep()
     assert [r.raw["dynamodb"]["Keys"]["sk"] for r in ttl.stream] == [{"S": "s"}] * 2
+
+
+def test_stream_records_older_than_24_hours_are_trimmed_unread_while_cleanup_cannot_run() -> None:
+    # AWS: "stores this information in a log for up to 24 hours" (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Streams.html)
+    w = world()
+    table, ttl = ttl_table(w, replace(CALM, ttl_lag_s=0))
+    functions = Functions(w, CALM, RetryLedger(), lambda _f: object())  # type: ignore[arg-type,return-value]
+    source = StreamSource(w, ttl, functions)
+    source.start()
+    source.down = (NOW_MS, NOW_MS + 25 * 3_600_000)  # throttled: retried, never invoked
+    table.put_item(TableName=TABLE, Item=expiring("old", NOW_MS // 1000))
+    ttl.sweep()
+    w.run_until(NOW_MS + 2 * 3_600_000)
+    table.put_item(TableName=TABLE, Item=expiring("young", NOW_MS // 1000 + 2 * 3600))
+    ttl.sweep()
+    w.run_until(NOW_MS + 24 * 3_600_000)
+    assert functions.invocations["cleanup"] == 0
+    w.run_until(NOW_MS + 26 * 3_600_000)
+    assert [r["dynamodb"]["Keys"]["sk"]["S"] for r in source.trimmed] == ["old"]
+    assert w.faults["stream-trimmed"] == 1
+    assert functions.invocations["cleanup"] >= 1  # the younger record is read
 
 
 # --- the target cluster ------------------------------------------------------------------
