@@ -1,5 +1,6 @@
 """Weak semantics that belong to one service: DynamoDB's eventually consistent reads, TTL and
-its stream; the target Kafka cluster's outages and lost delivery reports.
+its stream; S3's lifecycle expiry; the target Kafka cluster's outages and lost delivery
+reports.
 
 The in-memory clients of :mod:`testkit.aws` are strongly consistent and never expire
 anything; this module adds what AWS documents on top of them.
@@ -18,7 +19,14 @@ from confluent_kafka import KafkaError
 from delayq import constants as c
 from sim.faults import Knobs
 from sim.world import World
-from testkit.aws import FakeDynamoDB, RequestCounter, item_size, read_units, write_units
+from testkit.aws import (
+    FakeDynamoDB,
+    FakeS3,
+    RequestCounter,
+    item_size,
+    read_units,
+    write_units,
+)
 from testkit.kafka import FakeProducer, ProducedRecord
 
 
@@ -310,6 +318,68 @@ class Ttl:
                     self.world.now_ms,
                 )
             )
+
+
+DAY_MS: Final = 86_400_000
+
+
+def lifecycle_expiry_ms(written_ms: int, days: int) -> int:
+    """When a lifecycle rule of ``days`` makes an object written at ``written_ms`` eligible
+    for expiry: ``days`` after its creation, rounded to the next midnight UTC."""
+    return (written_ms + days * DAY_MS) // DAY_MS * DAY_MS + DAY_MS
+
+
+@dataclass(frozen=True)
+class ExpiryRule:
+    """A lifecycle rule's expiration of current objects: a key prefix and days."""
+
+    prefix: str
+    days: int
+
+    @classmethod
+    def of(cls, configuration: Mapping[str, Any] | None) -> list[ExpiryRule]:
+        """The enabled expiration rules of a ``LifecycleConfiguration`` (the template's)."""
+        return [
+            cls(str(rule.get("Prefix", "")), int(rule["ExpirationInDays"]))
+            for rule in (configuration or {}).get("Rules", [])
+            if rule.get("Status") == "Enabled" and "ExpirationInDays" in rule
+        ]
+
+
+class LifecycleS3(FakeS3):
+    """S3 with buckets' lifecycle expiry: an object under a rule's prefix becomes eligible at
+    :func:`lifecycle_expiry_ms` of its last write, and is removed asynchronously, up to
+    ``s3_expiry_lag_s`` later (readable until then; on a versioned bucket the delete marker
+    makes it unreadable the same way). One event per write; an overwrite restarts the count."""
+
+    def __init__(self, world: World, knobs: Knobs, counter: RequestCounter) -> None:
+        super().__init__(counter)
+        self.world = world
+        self.knobs = knobs
+        self.rules: dict[str, list[ExpiryRule]] = {}
+        self.expired: list[tuple[str, str]] = []  # (bucket, key), in removal order
+        self._written: dict[tuple[str, str], int] = {}
+
+    def put_object(self, **kwargs: Any) -> dict[str, Any]:
+        """Store an object; plan its expiry under the first rule whose prefix it has."""
+        answer = super().put_object(**kwargs)
+        bucket, key = kwargs["Bucket"], kwargs["Key"]
+        now = self.world.now_ms
+        self._written[(bucket, key)] = now
+        for rule in self.rules.get(bucket, ()):
+            if key.startswith(rule.prefix):
+                lag = self.world.rng.randint(0, self.knobs.s3_expiry_lag_s * 1000)
+                when = lifecycle_expiry_ms(now, rule.days) + lag
+                self.world.at(when, lambda: self._expire(bucket, key, now))
+                break
+        return answer
+
+    def _expire(self, bucket: str, key: str, written_ms: int) -> None:
+        if self._written.get((bucket, key)) != written_ms:
+            return  # written again since: its own write planned its expiry
+        if self.objects(bucket).pop(key, None) is not None:
+            self.expired.append((bucket, key))
+            self.world.faults["s3-lifecycle-expired"] += 1
 
 
 @dataclass

@@ -59,6 +59,9 @@ class Knobs:
     # left) for up to this long; it retries until records expire (the stream keeps 24 h).
     cleanup_outage: float = 0.1
     cleanup_outage_max_s: int = 36 * 3_600
+    # S3: an object a lifecycle rule expires is removed up to this long after the midnight
+    # UTC it becomes eligible (asynchronously; AWS names no bound).
+    s3_expiry_lag_s: int = 24 * 3_600
     # SQS: a delivered and deleted message comes again (at-least-once).
     sqs_duplicate: float = 0.01
     # EventBridge: a tick late within the period, missed, or delivered twice.
@@ -97,6 +100,7 @@ class Knobs:
             "latency_ms",
             "stale_read_ms",
             "ttl_lag_s",
+            "s3_expiry_lag_s",
             "partition_wcu",
             "partition_rcu",
         )

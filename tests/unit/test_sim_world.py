@@ -13,15 +13,19 @@ from confluent_kafka import KafkaError
 
 from delayq import constants as c
 from sim.aws import (
+    DAY_MS,
+    ExpiryRule,
+    LifecycleS3,
     ReplicatedDynamoDB,
     SimProducer,
     TargetCluster,
     Ttl,
+    lifecycle_expiry_ms,
 )
 from sim.faults import DriftingClock, Faulty, Knobs, RetryLedger
 from sim.functions import Functions
 from sim.iam import parameter, roles
-from sim.pipeline import sim_settings
+from sim.pipeline import Pipeline, sim_settings
 from sim.sources.stream import StreamSource
 from sim.workload import Shape, generate
 from sim.world import Crash, Invocation, World
@@ -438,6 +442,48 @@ def test_stream_records_older_than_24_hours_are_trimmed_unread_while_cleanup_can
     assert [r["dynamodb"]["Keys"]["sk"]["S"] for r in source.trimmed] == ["old"]
     assert w.faults["stream-trimmed"] == 1
     assert functions.invocations["cleanup"] >= 1  # the younger record is read
+
+
+# --- S3: the payload bucket's lifecycle rules ---------------------------------------------
+
+
+def test_lifecycle_expiry_counts_days_from_the_write_rounded_to_the_next_midnight_utc() -> None:
+    # AWS: "Amazon S3 rounds the transition or expiration date of an object to midnight UTC the next day" (https://repost.aws/knowledge-center/s3-lifecycle-rule-delay)  # noqa: E501
+    written = 1_577_874_600_000  # 2020-01-01 10:30 UTC
+    assert lifecycle_expiry_ms(written, 3) == 1_578_182_400_000  # 2020-01-05 00:00 UTC
+
+
+def test_the_payload_bucket_expires_payloads_after_the_templates_retention() -> None:
+    # AWS: "Amazon S3 queues the object for removal and removes it asynchronously" (https://docs.aws.amazon.com/AmazonS3/latest/userguide/lifecycle-expire-general-considerations.html)
+    w = world()
+    pipeline = Pipeline(w, CALM)
+    bucket = pipeline.settings.payload_bucket
+    rules = {r.prefix: r.days for r in pipeline.s3.rules[bucket]}
+    days = rules["payloads/"]
+    assert days == 38  # PayloadRetention for the default MaxDelaySeconds (7 days)
+    s3 = pipeline.s3
+    s3.put_object(Bucket=bucket, Key="payloads/a/v", Body=b"x")
+    s3.put_object(Bucket=bucket, Key="other/b", Body=b"x")  # under no rule
+    eligible = lifecycle_expiry_ms(w.now_ms, days)
+    w.run_until(eligible - 1)
+    assert "payloads/a/v" in s3.objects(bucket)
+    w.run_until(eligible + CALM.s3_expiry_lag_s * 1000)
+    assert sorted(s3.objects(bucket)) == ["other/b"]
+    assert s3.expired == [(bucket, "payloads/a/v")]
+
+
+def test_an_overwritten_object_expires_after_its_last_write() -> None:
+    w = world(2)
+    s3 = LifecycleS3(w, replace(CALM, s3_expiry_lag_s=0), RequestCounter())
+    s3.create_bucket(Bucket="b")
+    s3.rules["b"] = [ExpiryRule("payloads/", 1)]
+    s3.put_object(Bucket="b", Key="payloads/k", Body=b"1")
+    w.run_until(w.now_ms + DAY_MS)
+    s3.put_object(Bucket="b", Key="payloads/k", Body=b"2")
+    w.run_until(lifecycle_expiry_ms(NOW_MS, 1))
+    assert s3.objects("b") == {"payloads/k": b"2"}
+    w.run_until(lifecycle_expiry_ms(NOW_MS + DAY_MS, 1))
+    assert s3.objects("b") == {}
 
 
 # --- the target cluster ------------------------------------------------------------------
