@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final
 
 from botocore.exceptions import ClientError
@@ -74,26 +75,32 @@ class PartitionBudget:
             self._second, self._used = second, {}
 
 
+# DynamoDB keeps three copies of a table (three Availability Zones): the leader and two.
+FOLLOWERS: Final = 2
+
+
 class ReplicatedDynamoDB:
-    """A table with a lagging replica and a throughput budget per partition key. Writes go to
-    the primary and reach the replica up to ``stale_read_ms`` later, in order; reads without
-    ``ConsistentRead`` are answered by the replica (a state up to that old), strongly
-    consistent ones by the primary."""
+    """A table with lagging followers and a throughput budget per partition key. Writes go to
+    the primary (the leader) and reach each follower up to ``stale_read_ms`` later, in order,
+    each follower at its own pace; a read without ``ConsistentRead`` is answered by one of the
+    three copies drawn for that read alone, so two reads in a row may see a newer state and
+    then an older one (not monotonic); strongly consistent reads by the primary."""
 
     def __init__(self, world: World, knobs: Knobs, counter: RequestCounter) -> None:
         self.world = world
         self.knobs = knobs
         self.primary = FakeDynamoDB(counter)
-        self.replica = FakeDynamoDB(RequestCounter())
+        self.followers = [FakeDynamoDB(RequestCounter()) for _ in range(FOLLOWERS)]
         self.budget = PartitionBudget(world, knobs)
-        self._applied_until = 0
+        self._applied_until = [0] * FOLLOWERS
         # Called with the table and the keys of each write the primary took (TTL watches).
         self.on_write: Callable[[str, list[tuple[str, str]]], None] = lambda _t, _k: None
 
     def create_table(self, name: str) -> None:
-        """On both copies."""
+        """On every copy."""
         self.primary.create_table(name)
-        self.replica.create_table(name)
+        for follower in self.followers:
+            follower.create_table(name)
 
     def items(self, name: str) -> list[dict[str, Any]]:
         """The primary's items."""
@@ -134,13 +141,15 @@ class ReplicatedDynamoDB:
             self.on_write(table, keys)
         replay = copy.deepcopy(kwargs)
         replay.pop("ConditionExpression", None)  # it held on the primary, in the same order
-        lag = self.world.rng.randint(0, self.knobs.stale_read_ms)
-        self._applied_until = max(self._applied_until, self.world.now_ms + lag)
-        self.world.at(self._applied_until, lambda: self._replay(name, replay))
+        for n, follower in enumerate(self.followers):
+            lag = self.world.rng.randint(0, self.knobs.stale_read_ms)
+            self._applied_until[n] = max(self._applied_until[n], self.world.now_ms + lag)
+            self.world.at(self._applied_until[n], partial(self._replay, follower, name, replay))
         return answer
 
-    def _replay(self, name: str, kwargs: dict[str, Any]) -> None:
-        getattr(self.replica, name)(**kwargs)
+    @staticmethod
+    def _replay(follower: FakeDynamoDB, name: str, kwargs: dict[str, Any]) -> None:
+        getattr(follower, name)(**kwargs)
 
     def stored(self, name: str, pk: str, sk: str) -> dict[str, Any] | None:
         """The primary's item at a key (not an API call: nothing counted)."""
@@ -155,9 +164,12 @@ class ReplicatedDynamoDB:
         pk = _read_key(name, kwargs)
         if pk is not None:
             self.budget.admit("read", (pk,), name)
+        copy_ = 0
         if not consistent and self.knobs.stale_read_ms:
+            copy_ = self.world.rng.randrange(FOLLOWERS + 1)  # each read its own copy
+        if copy_:
             self.world.faults["dynamodb-stale-read"] += 1
-            answer = getattr(self.replica, name)(**kwargs)
+            answer = getattr(self.followers[copy_ - 1], name)(**kwargs)
         else:
             answer = getattr(self.primary, name)(**kwargs)
         if pk is not None:
