@@ -62,8 +62,10 @@ class Knobs:
     # S3: an object a lifecycle rule expires is removed up to this long after the midnight
     # UTC it becomes eligible (asynchronously; AWS names no bound).
     s3_expiry_lag_s: int = 24 * 3_600
-    # SQS: a delivered and deleted message comes again (at-least-once).
+    # SQS: a delivered and deleted message comes again (at-least-once); a received message is
+    # received again, concurrently, before its visibility timeout ends (standard queues).
     sqs_duplicate: float = 0.01
+    sqs_concurrent_receive: float = 0.005
     # EventBridge: a tick late within the period, missed, or delivered twice.
     tick_late_ms: int = 40_000
     tick_missed: float = 0.03

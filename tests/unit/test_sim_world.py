@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -504,6 +505,31 @@ def test_an_overwritten_object_expires_after_its_last_write() -> None:
     assert s3.objects("b") == {"payloads/k": b"2"}
     w.run_until(lifecycle_expiry_ms(NOW_MS + DAY_MS, 1))
     assert s3.objects("b") == {}
+
+
+# --- SQS: a standard queue's message received twice at once --------------------------------
+
+
+def test_a_standard_queue_message_may_be_received_again_while_the_first_receive_holds_it() -> None:
+    # AWS: "When using standard queues, visibility timeout isn't a guarantee against receiving a message twice" (https://docs.aws.amazon.com/sdk-for-java/v1/developer-guide/examples-sqs-visibility-timeout.html)  # noqa: E501
+    w = world()
+    pipeline = Pipeline(w, replace(CALM, sqs_concurrent_receive=1.0))
+    source = pipeline.delay_queues[0]
+    settled: list[Callable[[bool], None]] = []
+    pipeline.functions.invoke = lambda _f, _body, done: settled.append(done)  # type: ignore[method-assign,assignment]
+    pipeline.sqs.send_message(QueueUrl=source.url, MessageBody="m")
+    source.poll()
+    w.run_until(w.now_ms + 1)  # the next polls, while the first invocation still runs
+    # Every receive left it visible (the knob at 1): each concurrent invocation has it.
+    assert len(settled) == source.concurrency
+    (message,) = pipeline.sqs.messages(source.url)
+    assert message.receive_count == source.concurrency
+    for done in settled[:-1]:  # an earlier receive's delete is answered and deletes nothing
+        done(True)
+        assert len(pipeline.sqs.messages(source.url)) == 1
+    settled[-1](True)
+    assert pipeline.sqs.messages(source.url) == []
+    assert w.faults["sqs-stale-handle"] == source.concurrency - 1
 
 
 # --- the target cluster ------------------------------------------------------------------
