@@ -18,7 +18,7 @@ from typing import Any, Final
 from bench.reference_mix import DAY_SECONDS, REFERENCE_MIX, VALUE_BYTES, Workload, delay_request
 from bench.template import FunctionConfig, deployed
 from delayq import buckets
-from delayq.store import message_item
+from delayq.store import locator_item, message_item
 from sim import scale
 from sim.scale import DDB_MISSING_KEY_RRU, vcpu_share
 from testkit.aws import item_size, write_units
@@ -199,6 +199,23 @@ def stored_item_bytes(value: bytes | None = None) -> int:
     workload's JSON order event unless given)."""
     request = delay_request(123_456_789, NOW_MS + 3_600_000, value)
     return item_size(message_item(request, 16, 86_400))
+
+
+def locator_item_bytes() -> int:
+    """The size of the locator item the id index (``IdIndex=1``) adds for one message."""
+    return item_size(locator_item(delay_request(123_456_789, NOW_MS + 3_600_000), 16, 86_400))
+
+
+def id_index_usd_per_message(workload: Workload, a: Assumptions, ttl_grace_s: int) -> float:
+    """What ``IdIndex=1`` adds per message: its locator's write and storage (it lives as long
+    as the message: until due plus the TTL grace)."""
+    wru = write_units(locator_item_bytes())
+    days = (
+        workload.long_share * _storage_days_per_long_message(workload, ttl_grace_s, False)
+        + workload.short_share * ttl_grace_s / DAY_SECONDS
+    )
+    gb = (locator_item_bytes() + a.dynamodb_item_overhead_bytes) / 1e9
+    return wru * price("dynamodb_wru") + days * gb * price("dynamodb_storage_gb_month") / 30.4
 
 
 def incompressible_value(size: int = VALUE_BYTES) -> bytes:
@@ -816,7 +833,7 @@ def build(
         fc_v = kw.pop("functions", fc)
         a_v = kw.pop("assumptions", a)
         m_v = kw.pop("measured", m)
-        total = this_design(m_v, workload, fc_v, a_v).total
+        total = this_design(m_v, workload, fc_v, a_v).total + kw.pop("added_usd", 0.0)
         sensitivity.append(
             {"variant": label, "usd_per_million": round(total, 4), "delta": round(total - base, 4)}
         )
@@ -867,6 +884,10 @@ def build(
             measured=replace(m, long={**m.long, "dynamodb_rru": rru_long - MISSING_KEY_RRU}),
         )
     variant("PendingCounts=0 (no pending counts)", measured=replace(m, pending_wru=0.0))
+    variant(
+        f"IdIndex=1 (a {locator_item_bytes()} B locator per message: by-id operations)",
+        added_usd=id_index_usd_per_message(workload, a, 86_400) * 1e6,
+    )
     without_reads = rru_long - MISSING_KEY_RRU * (1 + scheduler_reads_cancel_markers(m))
     variant(
         "no per-message cancel-marker reads at all",

@@ -204,6 +204,9 @@ def _print_summary(report: dict[str, object], out: Path) -> None:
             f"capped or deferred tenants' messages ({limited['messages']}), from their release: "
             f"p50 {limited['p50']} ms, p99 {limited['p99']} ms, max {limited['max']} ms"
         )
+    coverage = report.get("coverage") or {}
+    assert isinstance(coverage, dict)
+    print("contract coverage (messages): " + ", ".join(f"{k} {v}" for k, v in coverage.items()))
     code = report["code"]
     assert isinstance(code, list)
     versions = "; ".join(

@@ -60,6 +60,7 @@ from __future__ import annotations
 import base64
 import json
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -141,6 +142,8 @@ class Verdict:
     limited: int = 0
     limited_lateness: Counter[int] = field(default_factory=Counter)
     over_quota: int = 0
+    # How many acknowledged histories exercised each clause of the contract (coverage_of).
+    coverage: Counter[str] = field(default_factory=Counter)
 
 
 def _user_headers(headers: Any) -> list[tuple[str, bytes | None]]:
@@ -261,7 +264,39 @@ class Checker:
         verdict.violations.extend(self._overcounted())
         verdict.violations.extend(self._over_cap())
         verdict.violations.extend(self._misrouted())
+        verdict.coverage = self.coverage_of(by_id)
         return verdict
+
+    def coverage_of(self, by_id: Mapping[str, list[Intent]]) -> Counter[str]:
+        """Per clause of the contract, the acknowledged messages whose history exercised it
+        (an id's records, in their order)."""
+        found: Counter[str] = Counter()
+        threshold = self.p.settings.offload_threshold_bytes
+        for intents in by_id.values():
+            acked = [i for i in intents if self.ack_ms[id(i)] is not None]
+            delays = [i for i in acked if i.kind == "delay"]
+            for message in delays:
+                later = [i for i in acked if _after(message, i)]
+                moves = [i for i in later if i.kind == "reschedule"]
+                clauses = {
+                    "cancel": any(i.kind == "cancel" for i in later),
+                    "reschedule": bool(moves),
+                    "reschedule chain": len(moves) > 1,
+                    "id reuse": len(delays) > 1,
+                    "across partitions": len({i.partition for i in acked}) > 1,
+                    "release cap or deferral": self._limited(message),
+                    "priority high or low": _priority(message) != c.PRIORITY_NORMAL,
+                    "large payload (S3)": len(message.value or b"") > threshold,
+                }
+                found.update(name for name, hit in clauses.items() if hit)
+            found["ingest quota refusal"] += sum(
+                1
+                for i in delays
+                if (refused := self.rejects.get((i.partition, i.offset))) is not None
+                and refused[0] == Reason.QUOTA_EXCEEDED
+            )
+        found["dead letter"] = sum(len(reasons) for reasons in self.dead.values())
+        return found
 
     # --- priorities -----------------------------------------------------------------------
 

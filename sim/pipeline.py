@@ -20,7 +20,7 @@ from delayq.pending import PendingCounts
 from delayq.queues import DelayQueue, RejectQueue, SqsQueue, TickQueue
 from delayq.retry import Backoff
 from delayq.settings import Settings
-from delayq.shaping import Shaper
+from delayq.shaping import Shaper, catch_up_lead_ms
 from delayq.stats import DeliveryStats
 from delayq.store import MessageStore
 from sim.aws import ExpiryRule, LifecycleS3, ReplicatedDynamoDB, SimProducer, TargetCluster, Ttl
@@ -185,7 +185,7 @@ class Pipeline:
         limits = self.settings.limits
         if not limits.any or (function == "emitter" and not self.settings.strict_caps):
             return None
-        return Shaper(store, limits)
+        return Shaper(store, limits, claim_lead_ms=catch_up_lead_ms(self.settings))
 
     def start(self, until_ms: int) -> None:
         """Start the periodic sources: EventBridge's ticks until ``until_ms``, TTL sweeps."""

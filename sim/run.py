@@ -183,6 +183,7 @@ class Summary:
     lateness: Counter[int] = field(default_factory=Counter)
     steady_lateness: Counter[int] = field(default_factory=Counter)
     limited_lateness: Counter[int] = field(default_factory=Counter)
+    coverage: Counter[str] = field(default_factory=Counter)
     failing: list[int] = field(default_factory=list)
     # The code that runs the seeds counted in by add() (sim.campaign.code_version), and the
     # seeds each code ran, by (commit, dirty).
@@ -218,6 +219,7 @@ class Summary:
             lateness=Counter(v.lateness),
             steady_lateness=Counter(v.steady_lateness),
             limited_lateness=Counter(v.limited_lateness),
+            coverage=Counter(v.coverage),
             failing=[] if result.ok else [result.seed],
             code={(version["commit"], version["dirty"]): [result.seed]},
             started=None,
@@ -246,6 +248,7 @@ class Summary:
             lateness=histogram_of(histograms["all"]),
             steady_lateness=histogram_of(histograms["away_from_outages"]),
             limited_lateness=histogram_of(histograms["limited_from_release"]),
+            coverage=Counter(report.get("coverage", {})),
             failing=list(report["failing_seeds"]),
             code={
                 (entry["commit"], entry["dirty"]): seeds_in(entry["seeds"])
@@ -274,6 +277,7 @@ class Summary:
         self.lateness.update(other.lateness)
         self.steady_lateness.update(other.steady_lateness)
         self.limited_lateness.update(other.limited_lateness)
+        self.coverage.update(other.coverage)
         self.failing = sorted(self.failing + other.failing)
         for version, seeds in other.code.items():
             self.code.setdefault(version, []).extend(seeds)
@@ -343,6 +347,8 @@ class Summary:
                 "away_from_outages": histogram_json(self.steady_lateness),
                 "limited_from_release": histogram_json(self.limited_lateness),
             },
+            # Acknowledged messages whose history exercised each clause of the contract.
+            "coverage": dict(sorted(self.coverage.items())),
             "failing_seeds": self.failing,
             "wall_seconds": round(self.wall_seconds(), 1),
             "code": sorted(

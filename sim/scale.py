@@ -16,7 +16,8 @@ its page; checked November 2026):
   1,000 WCU a second, and the table as a whole takes its warm throughput at once (a new
   on-demand table: 4,000 write units a second, more when pre-warmed). A capped tenant's
   messages get release slots here, at most ``cap`` per second from their due second on
-  (:mod:`delayq.shaping`), and are stored by release second.
+  (:mod:`delayq.shaping`), and are stored by release second (a placement pair, ~0.04 write
+  units, for each stored away from its due second).
 * **scheduler**: one run per tick (the timer's minute fires somewhere within the minute: the
   seed draws where), up to its timeout less a safety margin; round by round it reads a page of
   every shard (``QUERY_CHUNK_SECONDS`` seconds at a time while seconds are light), sends the
@@ -66,6 +67,9 @@ from sim.world import World
 DDB_PARTITION_WCU: Final = 1000
 DDB_PARTITION_RCU: Final = 3000
 DDB_NEW_ON_DEMAND_TABLE_WRU: Final = 4000
+# A capped message's placement: a [sort key, offset] pair (~40 bytes for a 25-byte id and its
+# version tag) in an item its ingest batch shares with the others of its due second and group.
+PLACEMENT_WRU: Final = 40 / 1024
 # One RCU is one strongly consistent read of up to 4 KB (the scheduler's Queries are); a
 # strongly consistent read of a key that is absent costs one read unit too (the emitter's
 # cancel-marker BatchGetItem on cancel#<shard>, every message).
@@ -566,7 +570,10 @@ class ScaleModel:
             cap = self.t.burst_cap_per_second if cohort.cls == BURST else None
             second = self._release_second(cohort, cap)
             room = per_key - per_second_written[second]
-            n = int(min(cohort.count, budget, room))
+            # A message stored away from its due second also writes its placement (a pair in
+            # an item of its batch, another partition key: the table's throughput only).
+            units = 1 + (PLACEMENT_WRU if second != cohort.due_ms // 1000 else 0)
+            n = int(min(cohort.count, budget / units, room))
             if cap is not None:
                 n = min(n, cap - self.slots[second])
             if n <= 0:
@@ -579,7 +586,7 @@ class ScaleModel:
             if cap is not None:
                 self.slots[second] += n
             per_second_written[second] += n
-            budget -= n
+            budget -= n * units
             cohort.count -= n
             if cohort.count == 0:
                 self.kafka.pop(0)

@@ -23,4 +23,5 @@ def message_store(
         max_delay_seconds=settings.max_delay_seconds,
         backoff=backoff,
         executor=executor,
+        index_all=bool(settings.id_index),
     )

@@ -70,6 +70,9 @@ def test_bench_runs_end_to_end_with_tiny_inputs(
     assert off["delta"] == pytest.approx(
         -lines["DynamoDB pending counts"]["usd_per_million"], abs=1e-4
     )
+    # The id index: a locator's write unit (on-demand price) and its storage, per message.
+    index = next(v for v in details["sensitivity"] if v["variant"].startswith("IdIndex=1"))
+    assert price("dynamodb_wru") * 1e6 < index["delta"] < price("dynamodb_wru") * 1e6 * 1.05
     assert saved["cpu_messages_per_second"]["emitter"] > 0
     assert {"ingest", "emitter", "method", "goal", "met"} <= set(saved["cpu_vs_floor"])
     # Instruction counts (callgrind) next to the time ratios, in the JSON and on the console.

@@ -23,13 +23,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 from delayq import constants as c
 from delayq.clock import Clock, Sleep, system_clock
 from delayq.exceptions import ConfigurationError, DelayQueueError
-from delayq.pending import PERIOD_MINUTES
-from delayq.queues import SourceQueue
-from delayq.redrive import RedriveReport, RedriveSource, redrive
 from delayq.retry import Deadline
-from delayq.runtime import client, message_store, pending_counts, redrive_services
+from delayq.runtime import client, message_store, pending_counts
 from delayq.settings import Settings, topic_allowed
-from delayq.stream_failures import FAILED_BATCH_PREFIX
 from delayq_local import deploy_init, kafka_commands
 from delayq_local.aws import AwsEndpoint
 from delayq_local.demo import DemoOptions, run_demo
@@ -37,12 +33,15 @@ from delayq_local.demo_plan import DEFAULT_TARGETS
 from delayq_local.exceptions import LocalStackError
 from delayq_local.kafka_commands import epoch_ms, header
 from delayq_local.kafka_mock import CONSUMER_TUNING
-from delayq_local.lookup import locate
-from delayq_local.pending_view import pending_report
+from delayq_local.lookup import Whereabouts, locate
+from delayq_local.pending_view import PERIOD_MINUTES, pending_report
+from delayq_local.redrive import RedriveReport, RedriveSource, redrive, redrive_services
 from delayq_local.reject_listing import list_rejects
 from delayq_local.reports import require_spark
+from delayq_local.source_queue import SourceQueue
 from delayq_local.stack import EmbeddedStack, StackConfig, TimeCompression, environ_during
 from delayq_local.state import allowed_targets, export_line, read_state, state_file, write_state
+from delayq_local.stream_failures import FAILED_BATCH_PREFIX
 
 # How often a running redrive reports its progress.
 PROGRESS_SECONDS: Final = 2.0
@@ -106,7 +105,7 @@ def _parser(clock: Clock, sleep: Sleep) -> argparse.ArgumentParser:
 
     _workload_commands(commands)
 
-    kafka_commands.register(commands)
+    kafka_commands.register(commands, look_up=_look_up)
     deploy_init.register(commands)
 
     again = commands.add_parser(
@@ -171,14 +170,18 @@ def _parser(clock: Clock, sleep: Sleep) -> argparse.ArgumentParser:
     get = commands.add_parser(
         "get",
         help="say where a message is, by id",
-        description="Reads the id's cancel and reschedule record and, with --due, the message "
-        "stored for that due time (strongly consistent). What cannot be known is said: "
-        "whether it is in the delay queue, delivered or rejected. Exit status: 0 when the "
-        "table knows the id, 1 when it does not, 2 for usage or configuration errors.",
+        description="Reads the id's cancel and reschedule record and, with the id index "
+        "(IdIndex=1, on in `delayq local`), every message ingest stored or queued with the id: "
+        "due and release times, waiting or sent to the delay queue, dropped by a cancel or "
+        "reschedule (strongly consistent). Without the index, --due finds the message stored "
+        "for that due time. What cannot be known is said: delivered or rejected. Exit status: "
+        "0 when the table knows the id, 1 when it does not, 2 for usage or configuration errors.",
     )
     get.add_argument("delay_id", metavar="ID")
     get.add_argument(
-        "--due", type=epoch_ms, help="its due time (epoch ms or ISO 8601), to find it stored"
+        "--due",
+        type=epoch_ms,
+        help="its due time (epoch ms or ISO 8601), to find it stored without the id index",
     )
     get.add_argument("--json", action="store_true", help="print the answer as JSON")
     _stack_choice(get)
@@ -604,6 +607,19 @@ def _get(args: argparse.Namespace) -> int:
             raise LocalStackError(f"cannot read {settings.table_name}: {e}") from e
     print(json.dumps(found.as_json(), indent=2) if args.json else "\n".join(found.lines()))
     return 0 if found.found else 1
+
+
+def _look_up(args: argparse.Namespace, delay_id: str) -> Whereabouts | None:
+    """What the stack's table says of `delay_id` (None: no stack table is known)."""
+    stack = _stack_of(args)
+    if not stack.environ.get(c.ENV_TABLE_NAME):
+        return None
+    settings = _settings_needing(stack, c.ENV_TABLE_NAME)
+    with environ_during(stack.endpoint):
+        try:
+            return locate(message_store(settings), delay_id, None, Deadline.after(GET_SECONDS))
+        except (DelayQueueError, BotoCoreError, ClientError) as e:
+            raise LocalStackError(f"cannot read {settings.table_name}: {e}") from e
 
 
 def _pending(args: argparse.Namespace, *, clock: Clock) -> int:

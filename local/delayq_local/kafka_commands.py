@@ -14,30 +14,37 @@ errors (no cluster, a target the running stack does not allow, an unknown topic)
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Final
 
 import boto3
 
 from delayq import constants as c
-from delayq.clock import iso_ms
 from delayq.kafka import TokenProvider, msk_iam_token
 from delayq.settings import topic_allowed
 from delayq_local.exceptions import LocalStackError
+from delayq_local.lookup import Whereabouts, waiting
 from delayq_local.producer import Acknowledged, DelayProducer, Due
 from delayq_local.state import allowed_targets, read_state
 from delayq_local.tail import Tail, choose_topics
+from delayq_local.timefmt import iso_ms
 
 DEFAULT_TOPIC: Final = "delay-requests"
 
 
-def register(commands: Any) -> None:
-    """Add `send`, `cancel`, `reschedule` and `tail` to the `delayq` parser."""
+# What the stack's table says of an id before a cancel (None: no table to read), or why not.
+LookUp = Callable[[argparse.Namespace, str], Whereabouts | None]
+
+
+def register(commands: Any, look_up: LookUp | None = None) -> None:
+    """Add `send`, `cancel`, `reschedule` and `tail` to the `delayq` parser; `look_up` reads
+    what was waiting before a cancel (the CLI's stack choice)."""
     send = commands.add_parser(
         "send",
         help="produce one delay request",
@@ -71,13 +78,17 @@ def register(commands: Any) -> None:
     cancel = commands.add_parser(
         "cancel",
         help="cancel a pending request by its id",
-        description="Writes a delay-cancel record. Whether a pending message had the id cannot "
-        "be known here (messages due within 15 minutes live inside delay-queue bundles): the "
-        "cancel wins over every message with that id ingested before it.",
+        description="Writes a delay-cancel record: it wins over every message with that id "
+        "ingested before it. With the stack's id index (IdIndex=1, on in `delayq local`), it "
+        "first reads which messages with the id wait and says so; without it, that cannot be "
+        "known here.",
     )
     _client_options(cancel)
     cancel.add_argument("delay_id", metavar="ID")
-    cancel.set_defaults(command=_cancel)
+    cancel.add_argument(
+        "--stack-name", help="a deployed stack whose table to read (default: `delayq local`)"
+    )
+    cancel.set_defaults(command=functools.partial(_cancel, look_up=look_up))
 
     _add_reschedule(commands)
     _add_tail(commands)
@@ -113,13 +124,15 @@ def _client_options(parser: argparse.ArgumentParser, *, writes: bool = True) -> 
 
 
 def _add_reschedule(commands: Any) -> None:
-    """`delayq reschedule ID (--at T | --delay S) --due OLD`."""
+    """`delayq reschedule ID (--at T | --delay S) [--due OLD]`."""
     move = commands.add_parser(
         "reschedule",
         help="move a pending request to another time by its id",
         description="Writes a delay-reschedule record. Ingest moves the message stored for "
-        "--due to the new time, or rejects the record (reschedule-not-found, "
-        "reschedule-cancelled, reschedule-too-late) to the reject queue.",
+        "--due (without it: the message it finds by id, when the stack keeps the id index, "
+        "IdIndex=1, as `delayq local` does) to the new time, or rejects the record "
+        "(reschedule-not-found, reschedule-cancelled, reschedule-too-late, missing-due) to the "
+        "reject queue.",
     )
     _client_options(move)
     move.add_argument("delay_id", metavar="ID")
@@ -129,8 +142,8 @@ def _add_reschedule(commands: Any) -> None:
     move.add_argument(
         "--due",
         type=epoch_ms,
-        required=True,
-        help="the message's current due time (epoch ms or ISO 8601), as it was sent",
+        help="the message's current due time (epoch ms or ISO 8601); without it, ingest finds "
+        "the message by its id (the stack's id index)",
     )
     move.set_defaults(command=_reschedule)
 
@@ -249,16 +262,40 @@ def _send(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cancel(args: argparse.Namespace) -> int:
+def _cancel(args: argparse.Namespace, *, look_up: LookUp | None = None) -> int:
+    found, why = None, "no stack table to read"
+    if look_up is not None:
+        try:
+            found = look_up(args, args.delay_id)
+        except LocalStackError as e:
+            why = str(e)
+    now_ms = time.time_ns() // 1_000_000
+    waits = waiting(found, now_ms) if found is not None and found.located else None
     producer, _ = _producer(args)
     with producer:
         producer.cancel(args.delay_id)
     [ack] = producer.acknowledged
+    if waits:
+        said = f"it stops {len(waits)} message(s) waiting when it was sent, due " + ", ".join(
+            iso_ms(w.due_ms) for w in waits
+        )
+    elif found is not None and found.located:
+        said = "no indexed message with this id was waiting when it was sent"
+    elif found is not None:
+        said = "whether a message was waiting is unknown: no message with this id is indexed"
+    else:
+        said = f"whether a message was waiting is unknown ({why})"
     _report(
         args,
-        {"id": args.delay_id, "topic": ack.topic, "partition": ack.partition, "offset": ack.offset},
+        {
+            "id": args.delay_id,
+            "topic": ack.topic,
+            "partition": ack.partition,
+            "offset": ack.offset,
+            "waiting_due_ms": [w.due_ms for w in waits] if waits is not None else None,
+        },
         f"cancel for {args.delay_id} written to {_where(ack)}: it wins over every message "
-        "with that id ingested before it",
+        f"with that id ingested before it; {said}",
     )
     return 0
 
@@ -280,8 +317,9 @@ def _reschedule(args: argparse.Namespace) -> int:
             "at_ms": args.at,
             "delay_seconds": args.delay,
         },
-        f"reschedule for {args.delay_id} written to {_where(ack)}: the message due at "
-        f"{iso_ms(args.due)} moves to "
+        f"reschedule for {args.delay_id} written to {_where(ack)}: the message "
+        + (f"due at {iso_ms(args.due)}" if args.due is not None else "ingest finds by its id")
+        + " moves to "
         + (iso_ms(args.at) if args.at is not None else f"{args.delay:g}s from now")
         + " if ingest records it at least the emitter's hold + 2 s before that; otherwise "
         "the record goes to the reject queue with its reason",

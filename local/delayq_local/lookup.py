@@ -5,14 +5,14 @@ Knowable with strongly consistent reads of the table:
 
 - the id's control item: its latest cancel and reschedule (every message with the id written
   before them is dropped; a reschedule says where it moved the message);
-- the message stored for a due time, when that due time is given (stored messages are keyed by
-  due-second and shard, so without it there is nothing to read but the whole table), and
-  whether the scheduler has passed its second (sent it to the delay queue).
+- with the id index (`IdIndex=1`; `delayq local` keeps it), every message ingest stored or
+  queued with the id: its due and release times, whether it still waits in the table or the
+  scheduler has sent it to the delay queue, and whether a cancel or reschedule drops it;
+- without the index, the message stored for a due time, when that due time is given (stored
+  messages are keyed by due-second and shard).
 
-Not knowable: whether a message is in the delay queue (SQS cannot be searched, and messages due
-within the horizon travel there in bundles), whether it was delivered (the target topic has it:
-`delayq tail`), and whether it was rejected (the reject queue: `delayq redrive rejects
---dry-run`).
+Not knowable: whether a message was delivered (the target topic has it: `delayq tail`), and
+whether it was rejected (the reject queue: `delayq rejects list`).
 """
 
 from __future__ import annotations
@@ -21,23 +21,26 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from delayq import buckets
-from delayq.clock import iso_ms
 from delayq.ordering import Marker, version_order
 from delayq.records import DelayRequest
 from delayq.retry import Deadline
-from delayq.store import MessageStore
+from delayq.store import Located, MessageStore, Watermark
+from delayq_local.timefmt import iso_ms
 
 __all__ = [
     "UNKNOWABLE",
     "Whereabouts",
     "locate",
+    "waiting",
 ]
 
 UNKNOWABLE: Final = (
-    "in the delay queue: cannot be looked up (SQS cannot be searched; messages due within the "
-    "horizon travel there in bundles)",
     "delivered: the target topic has it (`delayq tail --from-beginning` shows deliveries)",
-    "rejected: the reject queue has it (`delayq redrive rejects --dry-run` lists it)",
+    "rejected: the reject queue has it (`delayq rejects list` shows it)",
+)
+NO_INDEX: Final = (
+    "no message with this id is indexed: the stack keeps no id index (IdIndex=0: pass --due), "
+    "or the message was delivered directly, expired after delivery, or never arrived"
 )
 
 
@@ -50,11 +53,32 @@ class Whereabouts:
     marker: Marker | None
     stored: DelayRequest | None
     second_scheduled: bool | None
+    # The id index's entries (oldest first) and the scheduler's progress, to place them.
+    located: tuple[Located, ...] = ()
+    watermark: Watermark | None = None
 
     @property
     def found(self) -> bool:
         """Whether the table knows anything about the id."""
-        return self.marker is not None or self.stored is not None
+        return self.marker is not None or self.stored is not None or bool(self.located)
+
+    def state_of(self, loc: Located) -> str:
+        """Where an indexed message is: ``queued`` (sent to the delay queue by ingest),
+        ``sent`` (by the scheduler), ``waiting`` (in the table), ``dropped`` (a cancel or
+        reschedule applies), ``expired`` (its item is gone: delivered long ago)."""
+        marker = self.marker
+        if loc.queued:
+            # Queued whole: only its record time is indexed, which a later control covers.
+            controls = [m for m in (marker.cancel, marker.moved) if m] if marker else []
+            return "dropped" if any(ts > loc.ts_ms for ts, _ in controls) else "queued"
+        if loc.stored is None:
+            return "expired"
+        if marker is not None and marker.applies(loc.stored):
+            return "dropped"
+        second = buckets.due_second(loc.stored.release_at_ms)
+        return (
+            "sent" if self.watermark is not None and self.watermark.scheduled(second) else "waiting"
+        )
 
     @property
     def dropped(self) -> bool | None:
@@ -78,6 +102,16 @@ class Whereabouts:
                 else None
             ),
             "stored": _stored(stored, self.second_scheduled) if stored else None,
+            "indexed": [
+                {
+                    "due_ms": loc.due_ms,
+                    "release_ms": loc.release_ms,
+                    "written_ms": loc.ts_ms,
+                    "state": self.state_of(loc),
+                    "moved_by": loc.stored.moved_src if loc.stored else None,
+                }
+                for loc in self.located
+            ],
             "due_ms_asked": self.due_ms,
             "dropped": self.dropped,
             "unknowable": list(UNKNOWABLE),
@@ -97,17 +131,14 @@ class Whereabouts:
             ts, src = marker.moved
             to = iso_ms(marker.moved_due_ms) if marker.moved_due_ms is not None else "?"
             out.append(f"  rescheduled to {to} by the record written {iso_ms(ts)} ({src})")
-        if self.due_ms is None:
-            out.append(
-                "  stored     not looked up: pass --due (stored messages are keyed by due time)"
-            )
-        elif self.stored is None:
+        out.extend(self._indexed_lines())
+        if self.due_ms is not None and self.stored is None:
             out.append(
                 f"  stored     nothing for {iso_ms(self.due_ms)}: it was due within the horizon "
                 "when ingested (delay queue), has another due time, was removed by TTL after "
                 "its due time, or never arrived"
             )
-        else:
+        elif self.stored is not None:
             s = self.stored
             state = "sent to the delay queue" if self.second_scheduled else "waiting"
             fate = " (will be dropped: a cancel or reschedule applies)" if self.dropped else ""
@@ -118,12 +149,44 @@ class Whereabouts:
         out.extend(f"  unknown    {line}" for line in UNKNOWABLE)
         return out
 
+    def _indexed_lines(self) -> list[str]:
+        if not self.located:
+            return [] if self.due_ms is not None else [f"  indexed    {NO_INDEX}"]
+        lines = []
+        for loc in self.located:
+            state = {
+                "queued": "in the delay queue (ingest sent it there: due within the horizon)",
+                "sent": "in the delay queue (the scheduler sent it)",
+                "waiting": "waiting in the table",
+                "dropped": "will be dropped: a cancel or reschedule applies",
+                "expired": "gone from the table (its time passed long ago)",
+            }[self.state_of(loc)]
+            release = (
+                f", released {iso_ms(loc.release_ms)} (its cap)"
+                if loc.release_ms > loc.due_ms
+                else ""
+            )
+            moved = (
+                f", moved here by {loc.stored.moved_src}"
+                if loc.stored and loc.stored.moved_src
+                else ""
+            )
+            lines.append(
+                f"  indexed    due {iso_ms(loc.due_ms)}{release}, written {iso_ms(loc.ts_ms)}"
+                f"{moved}: {state}"
+            )
+        return lines
+
 
 def locate(
     store: MessageStore, delay_id: str, due_ms: int | None, deadline: Deadline
 ) -> Whereabouts:
     """Read what the table holds about `delay_id` (strongly consistent)."""
     marker = store.markers([delay_id], deadline).get(delay_id)
+    located = tuple(
+        sorted(store.located([delay_id], deadline)[delay_id], key=lambda loc: loc.ts_ms)
+    )
+    watermark = store.read_watermark(deadline) if located else None
     stored = None
     scheduled = None
     if due_ms is not None:
@@ -134,7 +197,18 @@ def locate(
             watermark = store.read_watermark(deadline)
             second = buckets.due_second(due_ms)
             scheduled = watermark is not None and watermark.scheduled(second)
-    return Whereabouts(delay_id, due_ms, marker, stored, scheduled)
+    return Whereabouts(delay_id, due_ms, marker, stored, scheduled, located, watermark)
+
+
+def waiting(found: Whereabouts, now_ms: int) -> list[Located]:
+    """The indexed messages that still wait for their time (stored or queued, not dropped):
+    what a cancel written now would stop."""
+    return [
+        loc
+        for loc in found.located
+        if (state := found.state_of(loc)) in ("waiting", "sent", "queued")
+        and (state == "waiting" or loc.release_ms > now_ms)
+    ]
 
 
 def _control(pair: tuple[int, str] | None) -> dict[str, Any] | None:

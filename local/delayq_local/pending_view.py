@@ -7,20 +7,24 @@ SQS's approximate counts of the delay queues (bundles, not messages).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from delayq import buckets
-from delayq.pending import PERIOD_MINUTES, PendingCount, PendingCounts, group_counts, minute_of
+from delayq.pending import MINUTES_PER_DAY, PendingCount, PendingCounts, minute_of
 from delayq.retry import Deadline
 from delayq.store import MessageStore
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
-__all__ = ["PendingReport", "QueueDepth", "pending_report"]
+__all__ = ["PERIOD_MINUTES", "PendingReport", "QueueDepth", "group_counts", "pending_report"]
+
+# Period lengths (minutes) by name; counts are kept in these and shown in them.
+PERIOD_MINUTES: Final = {"minute": 1, "hour": 60, "day": MINUTES_PER_DAY}
 
 # SQS's approximate counts of a queue: messages (here: bundles) waiting, in flight, delayed.
 _QUEUE_ATTRIBUTES: Final = (
@@ -137,6 +141,29 @@ class PendingReport:
             )
         lines.append(f"note: {_CAVEATS}")
         return lines
+
+
+def group_counts(
+    counts: Iterable[PendingCount], by: str, target: str | None = None
+) -> list[PendingCount]:
+    """Counts summed per period of ``by`` (``minute``, ``hour`` or ``day``) and target, in
+    period then target order; only ``target``'s when given. A count kept for a longer period
+    than ``by`` (an hour or a day: messages sent far ahead) stays whole, as its own row.
+    Periods whose count is 0 (every message moved away) are left out."""
+    size = PERIOD_MINUTES[by]
+    sums: dict[tuple[int, int, str], list[int]] = defaultdict(lambda: [0, 0])
+    for count in counts:
+        if target is not None and count.target != target:
+            continue
+        length = max(size, count.minutes)
+        pair = sums[(count.minute - count.minute % length, length, count.target)]
+        pair[0] += count.stored
+        pair[1] += count.queued
+    return [
+        PendingCount(start, length, name, stored, queued)
+        for (start, length, name), (stored, queued) in sorted(sums.items())
+        if stored or queued
+    ]
 
 
 def pending_report(

@@ -102,16 +102,13 @@ class DelayProducer:
         """Queue a cancel record for `delay_id`."""
         self.send_raw([(c.HEADER_CANCEL, delay_id.encode())])
 
-    def reschedule(self, delay_id: str, was_due_ms: int, due: Due) -> None:
-        """Queue a reschedule record: move the pending `delay_id`, stored for `was_due_ms`
-        (its due time, epoch milliseconds), to `due`."""
-        self.send_raw(
-            [
-                (c.HEADER_RESCHEDULE, delay_id.encode()),
-                (c.HEADER_WAS_DUE, str(was_due_ms).encode()),
-                due.header(),
-            ]
-        )
+    def reschedule(self, delay_id: str, was_due_ms: int | None, due: Due) -> None:
+        """Queue a reschedule record: move the pending `delay_id`, due at `was_due_ms` (epoch
+        milliseconds; None: found by its id, with the stack's id index), to `due`."""
+        headers: list[Header] = [(c.HEADER_RESCHEDULE, delay_id.encode())]
+        if was_due_ms is not None:
+            headers.append((c.HEADER_WAS_DUE, str(was_due_ms).encode()))
+        self.send_raw([*headers, due.header()])
 
     def send_raw(
         self, headers: Sequence[Header], *, value: bytes | None = None, key: bytes | None = None

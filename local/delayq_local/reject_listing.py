@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from delayq import constants as c
-from delayq.queues import SourceMessage, SourceQueue
 from delayq.retry import Deadline
+from delayq_local.source_queue import SourceMessage, SourceQueue
 
 __all__ = [
     "HOLD_SECONDS",

@@ -66,7 +66,13 @@ KAFKA_ASSIGN_TIMEOUT_SECONDS: Final = 90.0
 LOCAL_MAX_CONCURRENCY: Final = 16
 # Template parameters the stack sets (when the template has them) unless the configuration
 # does: locally the cluster is self-managed and plain-text, at the bootstrap in use.
-LOCAL_PARAMETERS: Final = {"KafkaSource": "SelfManagedKafka", "KafkaSecurity": "PLAINTEXT"}
+# The local stack keeps the id index (`delayq get ID`, reschedules by id alone): it costs
+# nothing here.
+LOCAL_PARAMETERS: Final = {
+    "KafkaSource": "SelfManagedKafka",
+    "KafkaSecurity": "PLAINTEXT",
+    "IdIndex": "1",
+}
 BOOTSTRAP_PARAMETER: Final = "KafkaBootstrapServers"
 _module_numbers = itertools.count(1)
 

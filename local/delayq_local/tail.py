@@ -16,10 +16,10 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 
-from delayq.clock import iso_ms
 from delayq.settings import topic_allowed
 from delayq_local.exceptions import LocalStackError
 from delayq_local.observe import Delivery, delivery_of
+from delayq_local.timefmt import iso_ms
 
 _POLL_SECONDS = 0.2
 

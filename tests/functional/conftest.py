@@ -222,6 +222,15 @@ def pipeline(aws: AwsResources, clock: FakeClock) -> Pipeline:
 
 
 @pytest.fixture
+def indexed(pipeline: Pipeline) -> Pipeline:
+    """The pipeline with the id index on (``DELAYQ_ID_INDEX=1``)."""
+    settings = pipeline.settings.with_overrides(id_index=1)
+    return dataclasses.replace(
+        pipeline, settings=settings, store=store_of(pipeline.aws.dynamodb, settings)
+    )
+
+
+@pytest.fixture
 def p(pipeline: Pipeline) -> Pipeline:
     """The pipeline under the short name most functional tests use."""
     return pipeline

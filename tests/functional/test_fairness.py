@@ -186,6 +186,30 @@ def test_after_a_target_outage_the_catch_up_keeps_the_cap_in_every_second(
     assert min(d.lateness_ms for d in result.deliveries) >= 120_000 - 60_000
 
 
+def test_late_messages_go_before_later_on_time_ones(limited: Pipeline) -> None:
+    # 800 at 40/s hold the cap's seconds for 20 s after due. The emitter is 3 s behind: the
+    # first 120 reach it late. They claim the seconds from the emitter's hold ahead on, and the
+    # on-time messages of those seconds are displaced after them (before, the late ones took
+    # only the room the burst left: after its end).
+    limited.ingest(kafka_event(*records("bulk", 800, DUE_MS, 0)))
+    limited.clock.now_ms = DUE_MS + 3_000
+    behind = [e for e in limited.delayed() if e.release_ms < DUE_MS + 3_000]
+    limited.handed_over.update(id(e) for e in behind)
+    deliveries = limited.emit(behind).deliveries
+    for _ in range(100):  # then SQS releases the rest at their times
+        if len(deliveries) >= 800:
+            break
+        deliveries += limited.deliver_released().deliveries
+    assert sorted(d.delay_id for d in deliveries) == sorted(f"bulk-{i}" for i in range(800))
+    assert max(Counter(d.emitted_ms // 1000 for d in deliveries).values()) <= 40
+    due_s = DUE_MS // 1000
+    late = [d for d in deliveries if max(d.due_ms, d.release_ms) // 1000 < due_s + 3]
+    assert len(late) == 120
+    # From the emitter's hold + 2 s ahead, three seconds for the 120.
+    assert max(d.emitted_ms for d in late) < (due_s + 13) * 1000
+    assert all(d.emitted_ms >= max(d.due_ms, d.release_ms) for d in deliveries)
+
+
 def test_without_strict_caps_the_same_catch_up_exceeds_the_cap(limited: Pipeline) -> None:
     limited.settings = limited.settings.with_overrides(strict_caps=0)
     outage(limited, 200, 120_000)
@@ -238,7 +262,8 @@ def test_a_slot_whose_second_ends_while_it_is_claimed_is_not_used(limited: Pipel
 
     def slow_update_item(**kwargs: Any) -> Any:
         answer = limited.aws.dynamodb.update_item(**kwargs)
-        limited.clock.advance(1_000)  # the claim returns in the next second
+        # The claim returns when the second it claimed may already be checked.
+        limited.clock.advance(limited.settings.max_hold_ms + c.RESCHEDULE_MARGIN_MS + 1_000)
         return answer
 
     proxy = ClientProxy(limited.aws.dynamodb, update_item=slow_update_item)
@@ -247,7 +272,7 @@ def test_a_slot_whose_second_ends_while_it_is_claimed_is_not_used(limited: Pipel
     assert result.failed == []
     (resent,) = [e for e in limited.delayed() if e is not entry]
     assert resent.release_ms == limited.clock()  # back at once, to claim a later second
-    delivered = limited.deliver_released()
+    delivered = catch_up(limited, 1)
     assert [d.delay_id for d in delivered.deliveries] == ["bulk-0"]
     assert all(d.emitted_ms // 1000 > (DUE_MS + 5_000) // 1000 for d in delivered.deliveries)
 
@@ -259,34 +284,28 @@ def test_ingest_leaves_a_capped_message_past_its_slot_to_the_emitter(limited: Pi
     assert [d.delay_id for d in result.deliveries] == ["steady-0"]
     queued = [x.request for e in limited.delayed() for x in decode_body(e.body) if x.request]
     assert [r.delay_id for r in queued] == ["bulk-0"]
-    delivered = limited.deliver_released()
+    delivered = catch_up(limited, 1)
     assert [d.delay_id for d in delivered.deliveries] == ["bulk-0"]
 
 
-def test_a_capped_message_whose_second_ends_before_ingest_produces_it_goes_to_the_emitter(
+def test_under_strict_caps_a_capped_message_due_now_goes_through_the_emitter(
     limited: Pipeline,
 ) -> None:
-    # Due in this second, within its cap: the direct path takes it, but its cancel-marker read
-    # returns in the next second. Produced then, it would land in a second whose counter did
-    # not count it (found by the simulator with tenant limits, seed 52).
+    # Due in this second, within its cap: the direct path leaves it to the emitter, which
+    # checks whether late messages took its second (a message produced by ingest in the next
+    # second would also land in a second whose counter did not count it: found by the
+    # simulator with tenant limits, seed 52).
     due_ms = NOW_MS - NOW_MS % 1000 + 500
     limited.clock.now_ms = due_ms - 300
-
-    def slow_batch_get_item(**kwargs: Any) -> Any:
-        answer = limited.aws.dynamodb.batch_get_item(**kwargs)
-        limited.clock.advance(1_000)
-        return answer
-
-    proxy = ClientProxy(limited.aws.dynamodb, batch_get_item=slow_batch_get_item)
-    slow = limited.with_store_client(proxy)
-    result = slow.ingest(kafka_event(*records("bulk", 1, due_ms, 0)), direct=True)
-    assert proxy.calls  # the cancel-marker read took the clock into the next second
-    assert result.deliveries == []
+    result = limited.ingest(
+        kafka_event(*records("bulk", 1, due_ms, 0), *records("steady", 1, due_ms, 10)),
+        direct=True,
+    )
+    assert [d.delay_id for d in result.deliveries] == ["steady-0"]
     queued = [x.request for e in limited.delayed() for x in decode_body(e.body) if x.request]
-    assert [r.delay_id for r in queued] == ["bulk-0"]
+    assert [(r.delay_id, r.release_rank) for r in queued] == [("bulk-0", 0)]
     delivered = limited.deliver_released()
     assert [d.delay_id for d in delivered.deliveries] == ["bulk-0"]
-    assert all(d.emitted_ms // 1000 > due_ms // 1000 for d in delivered.deliveries)
 
 
 def test_a_capped_message_whose_second_ends_while_the_emitter_holds_it_comes_back(
@@ -306,7 +325,7 @@ def test_a_capped_message_whose_second_ends_while_the_emitter_holds_it_comes_bac
     (resent,) = [e for e in limited.delayed() if e is not entry]
     assert resent.release_ms == limited.clock()  # back at once
     monkeypatch.setattr(limited.clock, "sleep", sleep)
-    delivered = limited.deliver_released()
+    delivered = catch_up(limited, 1)
     assert [d.delay_id for d in delivered.deliveries] == ["bulk-0"]
     assert all(d.emitted_ms // 1000 > DUE_MS // 1000 for d in delivered.deliveries)
 
@@ -441,13 +460,13 @@ def test_a_dead_letter_that_cannot_be_sent_waits_again_in_its_priority_queue(
 def test_a_late_message_the_cap_has_no_room_for_is_not_dead_lettered_as_target_unavailable(
     limited: Pipeline, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # bulk's burst holds its cap's seconds for 20 s after due (800 at 40/s); an outage makes
-    # the first second's 40 late, and the catch-up finds no room within its spread (2 s) while
-    # the on-time ones keep their slots. The target is up: if they wait for the cap longer
-    # than the outage allowance (10 s here), the reason says it is the cap.
+    # bulk's burst holds its cap's seconds for 20 s after due (800 at 40/s); an outage of 30 s
+    # makes them all late: the catch-up places the oldest first, at most its spread (2 s) ahead.
+    # The target is up: those that then wait for the cap longer than the outage allowance
+    # (10 s here) are dead-lettered with a reason that says it is the cap.
     monkeypatch.setattr(c, "CATCH_UP_SPREAD_SECONDS", 2)
     limited.settings = limited.settings.with_overrides(target_outage_max_seconds=10)
-    outage(limited, 800, 1_500)
+    outage(limited, 800, 30_000)
     for _ in range(40):
         limited.clock.advance(1_000)
         limited.deliver_released()

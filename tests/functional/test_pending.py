@@ -15,12 +15,12 @@ from delayq.pending import (
     PendingCount,
     PendingCounts,
     PendingTally,
-    group_counts,
     minute_of,
     period_of,
 )
 from delayq.records import DelayRequest
 from delayq.retry import Deadline
+from delayq_local.pending_view import group_counts
 from testkit.aws import as_dynamodb_client
 from testkit.clock import NOW_MS, no_sleep_backoff
 from testkit.events import kafka_event, kafka_record

@@ -17,10 +17,15 @@ from delayq.exceptions import ConfigurationError
 from delayq.ingest import IngestServices
 from delayq.queues import DelayQueue, RejectQueue, SqsQueue
 from delayq.records import DelayRequest, Reason
-from delayq.redrive import RedriveReport, RedriveServices, RedriveSource, redrive
 from delayq.retry import Backoff, Deadline
-from delayq.runtime import redrive_services
 from delayq.store import MessageStore, message_item
+from delayq_local.redrive import (
+    RedriveReport,
+    RedriveServices,
+    RedriveSource,
+    redrive,
+    redrive_services,
+)
 from testkit.aws import as_dynamodb_client, as_sqs_client
 from testkit.clock import NOW_MS, no_sleep_backoff
 from testkit.events import kafka_event, kafka_record

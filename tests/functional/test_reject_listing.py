@@ -3,9 +3,9 @@ the queue."""
 
 from __future__ import annotations
 
-from delayq.queues import SourceQueue
 from delayq.retry import Deadline
 from delayq_local.reject_listing import list_rejects
+from delayq_local.source_queue import SourceQueue
 from testkit.events import kafka_event, kafka_record
 from tests.functional.conftest import Pipeline
 

@@ -457,8 +457,8 @@ def _slots_ignore_the_counters(monkeypatch: pytest.MonkeyPatch) -> None:
 
     def release_slots(
         _claim: Any, _key: str, due_second: int, count: int, _per_second: int, **kw: Any
-    ) -> list[tuple[int, int]]:
-        return [(max(due_second, kw.get("first_second") or due_second), count)]
+    ) -> list[tuple[int, int, int]]:
+        return [(max(due_second, kw.get("first_second") or due_second), count, 0)]
 
     monkeypatch.setattr(shaping, "release_slots", release_slots)
 
@@ -467,8 +467,8 @@ def _slot_replaces_due_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """A message's release is the start of its slot's second, even before its due time, and
     the release replaces the due time when it is produced."""
 
-    def released(request: DelayRequest, slot_second: int) -> DelayRequest:
-        return dataclasses.replace(request, release_ms=slot_second * 1000)
+    def released(request: DelayRequest, slot_second: int, rank: int) -> DelayRequest:
+        return dataclasses.replace(request, release_ms=slot_second * 1000, release_rank=rank)
 
     monkeypatch.setattr(shaping, "_released", released)
     monkeypatch.setattr(
@@ -639,3 +639,26 @@ def test_the_pipeline_keeps_the_slot_a_late_capped_message_was_paced_to() -> Non
         assert pipeline.paced == {**before, ("late-1", NOW_MS): NOW_MS + 7_000}
     finally:
         pipeline.paced.pop(("late-1", NOW_MS), None)
+
+
+def test_the_run_counts_the_histories_that_exercised_each_clause() -> None:
+    pipeline, workload = simulate(QUOTA_SEED, LIMITED, Knobs.calm())
+    coverage = Checker(pipeline, workload).run().coverage
+    exercised = {
+        "cancel",
+        "reschedule",
+        "id reuse",
+        "across partitions",
+        "release cap or deferral",
+        "priority high or low",
+        "ingest quota refusal",
+        "large payload (S3)",
+    }
+    assert exercised <= {name for name, n in coverage.items() if n > 0}
+    # Counted from the records, not guessed: as many cancels as messages a later cancel names.
+    cancelled = {i.delay_id for i in workload.intents if i.kind == "cancel"}
+    assert (
+        0
+        < coverage["cancel"]
+        <= sum(1 for i in workload.intents if i.kind == "delay" and i.delay_id in cancelled)
+    )

@@ -225,7 +225,7 @@ def test_a_stack_whose_roles_lack_grants_records_every_refused_call(
 ) -> None:
     edited = template_copy(
         tmp_path,
-        without_statement("EmitterRole", "ReadCancelMarkers"),
+        without_statement("EmitterRole", "ReadCancelMarkersAndLateCounts"),
         without_statement("CleanupRole", "ReadStream"),
     )
     config = StackConfig(

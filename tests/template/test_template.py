@@ -767,7 +767,11 @@ def test_payload_access_is_split_by_prefix(resources: dict[str, Any]) -> None:
         ),
         ("SchedulerRole", "dynamodb:UpdateItem", [c.WATERMARK_PK]),
         ("CleanupRole", "dynamodb:GetItem", [c.WATERMARK_PK]),
-        ("EmitterRole", "dynamodb:BatchGetItem", [f"{c.CANCEL_PK_PREFIX}*"]),
+        (
+            "EmitterRole",
+            "dynamodb:BatchGetItem",
+            [f"{c.CANCEL_PK_PREFIX}*", f"{c.RATE_PK_PREFIX}*"],
+        ),
         ("EmitterRole", "dynamodb:PutItem", [f"{c.STATS_PK_PREFIX}*"]),
         ("EmitterRole", "dynamodb:UpdateItem", [f"{c.RATE_PK_PREFIX}*"]),
         ("EmitterRole", "dynamodb:GetItem", [f"{c.RATE_PK_PREFIX}*"]),

@@ -12,9 +12,9 @@ import pytest
 from botocore.exceptions import ReadTimeoutError
 
 from delayq import constants as c
-from delayq.redrive import MAX_WAIT_SECONDS
-from delayq.runtime import client, redrive_services
+from delayq.runtime import client
 from delayq.settings import Settings
+from delayq_local.redrive import MAX_WAIT_SECONDS, redrive_services
 
 
 @pytest.fixture

@@ -15,9 +15,10 @@ from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 
 from delayq.exceptions import DelayQueueError
 from delayq.payloads import PayloadStore
-from delayq.queues import DelayQueue, SourceMessage, SourceQueue, SqsQueue, TickQueue
+from delayq.queues import DelayQueue, SqsQueue, TickQueue
 from delayq.retry import Deadline
 from delayq.store import MessageStore, Watermark
+from delayq_local.source_queue import SourceMessage, SourceQueue
 from testkit.aws import as_dynamodb_client, as_s3_client, as_sqs_client
 from testkit.clock import NOW_MS, no_sleep_backoff
 from tests.factories import delay_request

@@ -1,4 +1,4 @@
-"""Pacing (delayq.pacing): a token pacer keeps to its rate plus one burst, on an injected
+"""Pacing (delayq_local.pacing): a token pacer keeps to its rate plus one burst, on an injected
 clock and sleep."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from delayq.exceptions import ConfigurationError
-from delayq.pacing import Pacer
+from delayq_local.pacing import Pacer
 from testkit.clock import NOW_MS, FakeClock
 from tests.factories import PROPERTY
 

@@ -36,20 +36,25 @@ class DictCounters:
 
 
 def test_slots_fill_each_second_up_to_the_cap() -> None:
-    assert release_slots(DictCounters(), "rate#a", 100, 7, 3) == [(100, 3), (101, 3), (102, 1)]
+    assert release_slots(DictCounters(), "rate#a", 100, 7, 3) == [
+        (100, 3, 0),
+        (101, 3, 0),
+        (102, 1, 0),
+    ]
 
 
 def test_slots_take_only_the_room_left_in_a_second() -> None:
     counters = DictCounters()
     counters.values["rate#a", 100] = 2
-    assert release_slots(counters, "rate#a", 100, 4, 3) == [(100, 1), (101, 3)]
+    # The first gets rank 2 in its second (two were counted there before it).
+    assert release_slots(counters, "rate#a", 100, 4, 3) == [(100, 1, 2), (101, 3, 0)]
 
 
 def test_an_overshot_counter_grants_nothing_more() -> None:
     # Concurrent batches each added their whole count: the second is over its cap.
     counters = DictCounters()
     counters.values["rate#a", 100] = 9
-    assert release_slots(counters, "rate#a", 100, 2, 3) == [(101, 2)]
+    assert release_slots(counters, "rate#a", 100, 2, 3) == [(101, 2, 0)]
 
 
 def test_a_cap_too_low_for_the_traffic_says_so() -> None:
@@ -66,11 +71,11 @@ def test_past_full_seconds_the_probe_gallops_and_never_exceeds_the_cap() -> None
         counters.values["rate#a", second] = 3
     slots = release_slots(counters, "rate#a", 100, 5, 3)
     assert counters.claims < 40  # not one claim per full second
-    assert sum(n for _, n in slots) == 5
-    assert all(second >= 1100 for second, _ in slots)
-    assert all(n <= 3 for _, n in slots)
+    assert sum(n for _, n, _ in slots) == 5
+    assert all(second >= 1100 for second, _, _ in slots)
+    assert all(n <= 3 for _, n, _ in slots)
     # Once a second has room, the next ones are taken in order again.
-    (first, _), (second, _) = slots
+    (first, _, _), (second, _, _) = slots
     assert second == first + 1
 
 
@@ -80,7 +85,11 @@ def store(aws: AwsResources) -> MessageStore:
 
 
 def counted_store(aws: AwsResources) -> tuple[MessageStore, ClientProxy]:
-    proxy = ClientProxy(aws.dynamodb, update_item=aws.dynamodb.update_item)
+    proxy = ClientProxy(
+        aws.dynamodb,
+        update_item=aws.dynamodb.update_item,
+        batch_get_item=aws.dynamodb.batch_get_item,
+    )
     return store_of(proxy, aws.settings), proxy
 
 
@@ -293,26 +302,69 @@ def test_on_time_and_uncapped_messages_make_no_claim(aws: AwsResources) -> None:
     assert proxy.calls == []
 
 
-def test_late_messages_take_only_the_room_left_from_this_second_on(aws: AwsResources) -> None:
+# Late messages claim from the emitter's hold (+ a margin) ahead on: the on-time messages of
+# those seconds have not been checked yet.
+FIRST_S = (NOW_MS + c.DEFAULT_MAX_HOLD_MS + c.RESCHEDULE_MARGIN_MS) // 1000 + 1
+
+
+def test_late_messages_go_first_from_the_claim_lead_on(aws: AwsResources) -> None:
     store, proxy = counted_store(aws)
-    # Ingest gave three of this second's five slots to messages on time.
-    store.claim_counter(f"rate#bulk#{NOW_S}", 3, "c-ingest", NOW_S + 60, Deadline.after(30))
+    # Ingest gave three of that second's five slots to messages then on time: late messages
+    # count apart (``l``) and take the whole cap; those three are displaced when they come.
+    store.claim_counter(f"rate#bulk#{FIRST_S}", 3, "c-ingest", FIRST_S + 60, Deadline.after(30))
     proxy.calls.clear()
     plan = Shaper(store, CAPS).catch_up(late("bulk", 9), NOW_MS, Deadline.after(30))
     assert plan.unplaced == {}
-    assert Counter(ms // 1000 for ms in plan.slots.values()) == {
-        NOW_S: 2,
-        NOW_S + 1: 5,
-        NOW_S + 2: 2,
-    }
+    assert Counter(ms // 1000 for ms in plan.slots.values()) == {FIRST_S: 5, FIRST_S + 1: 4}
     assert all(ms % 1000 == 0 for ms in plan.slots.values())
-    assert len(proxy.calls) == 3  # one claim per second touched, not per message
-    # The seconds it filled grant nothing more, to anyone (an add may overshoot the counter,
-    # never the cap): the next late messages go after them (past two full seconds the probe
-    # gallops, skipping one that keeps its room).
+    assert len(proxy.calls) == 2  # one claim per second touched, not per message
+    # The seconds it filled grant nothing more to late messages (an add may overshoot the
+    # count, never the cap): the next ones go after them.
     other = Shaper(store, CAPS)  # another container, with no memory of full seconds
     more = other.catch_up(late("bulk", 4, seconds_late=1), NOW_MS, Deadline.after(30))
-    assert Counter(ms // 1000 for ms in more.slots.values()) == {NOW_S + 3: 4}
+    assert Counter(ms // 1000 for ms in more.slots.values()) == {FIRST_S + 1: 1, FIRST_S + 2: 3}
+
+
+def ranked(tenant: str, count: int, second: int) -> list[DelayRequest]:
+    """``count`` on-time messages ingest placed in ``second`` with ranks 0, 1, ..."""
+    return [
+        dataclasses.replace(r, release_rank=n)
+        for n, r in enumerate(burst(tenant, count, due_ms=second * 1000 + 100))
+    ]
+
+
+def test_on_time_messages_past_what_late_ones_left_are_displaced(aws: AwsResources) -> None:
+    store, proxy = counted_store(aws)
+    store.claim_counter(
+        f"rate#bulk#{FIRST_S}", 2, "c-late", FIRST_S + 60, Deadline.after(30), counter="l"
+    )
+    proxy.calls.clear()
+    on_time = ranked("bulk", 5, FIRST_S)  # the cap's five, counted by ingest
+    shaper = Shaper(store, CAPS)
+    assert shaper.displaced(on_time, FIRST_S * 1000, Deadline.after(30)) == {3, 4}
+    assert [name for name, _ in proxy.calls] == ["batch_get_item"]  # one read, not five
+    # They take late slots themselves, after the late ones already placed.
+    plan = shaper.catch_up(on_time, FIRST_S * 1000, Deadline.after(30))
+    assert set(plan.slots) == {3, 4}
+    lead_s = (FIRST_S * 1000 + c.DEFAULT_MAX_HOLD_MS + c.RESCHEDULE_MARGIN_MS) // 1000 + 1
+    assert all(ms // 1000 >= lead_s for ms in plan.slots.values())
+
+
+def test_on_time_messages_without_late_ones_stay(aws: AwsResources) -> None:
+    store, proxy = counted_store(aws)
+    plan = Shaper(store, CAPS).catch_up(ranked("bulk", 5, NOW_S), NOW_MS, Deadline.after(30))
+    assert (plan.slots, plan.unplaced) == ({}, {})
+    assert [name for name, _ in proxy.calls] == ["batch_get_item"]
+
+
+def test_a_claim_answered_after_its_seconds_deadline_is_not_used(store: MessageStore) -> None:
+    # The claim's response came when the claimed second's on-time messages may already have
+    # been checked: the slot is left (wasted room, never over the cap).
+    late_answer = iter([NOW_MS + 10_000])
+    plan = Shaper(store, CAPS).catch_up(
+        late("bulk", 1), NOW_MS, Deadline.after(30), clock=lambda: next(late_answer)
+    )
+    assert (plan.slots, plan.unplaced, plan.again) == ({}, {}, {0})
 
 
 def test_late_messages_keep_their_release_order(store: MessageStore) -> None:
@@ -336,7 +388,7 @@ def test_a_counter_that_fails_leaves_only_its_tenant_unplaced(aws: AwsResources)
     plan = Shaper(store, CAPS).catch_up(requests, NOW_MS, Deadline.after(30))
     assert set(plan.unplaced) == {0, 1}
     assert "ProvisionedThroughputExceededException" in plan.unplaced[0]
-    assert {i: ms // 1000 for i, ms in plan.slots.items()} == {2: NOW_S, 3: NOW_S}
+    assert {i: ms // 1000 for i, ms in plan.slots.items()} == {2: FIRST_S, 3: FIRST_S}
 
 
 def test_a_tenant_full_for_the_catch_up_spread_is_left_unplaced_then_not_probed_again(
@@ -344,8 +396,10 @@ def test_a_tenant_full_for_the_catch_up_spread_is_left_unplaced_then_not_probed_
 ) -> None:
     monkeypatch.setattr(c, "CATCH_UP_SPREAD_SECONDS", 3)
     store, proxy = counted_store(aws)
-    for second in range(NOW_S, NOW_S + 10):
-        store.claim_counter(f"rate#bulk#{second}", 5, "c-ingest", second + 60, Deadline.after(30))
+    for second in range(FIRST_S, FIRST_S + 10):
+        store.claim_counter(
+            f"rate#bulk#{second}", 5, "c-late", second + 60, Deadline.after(30), counter="l"
+        )
     proxy.calls.clear()
     shaper = Shaper(store, CAPS)
     plan = shaper.catch_up(late("bulk", 1), NOW_MS, Deadline.after(30))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import json
 import zlib
 from typing import Any
 
@@ -17,7 +18,7 @@ from delayq.ingest import needs_offload
 from delayq.records import DelayRequest, estimated_body_bytes
 from delayq.retry import Deadline
 from delayq.settings import Settings
-from delayq.store import MessageStore, message_item, request_from_item
+from delayq.store import MessageStore, message_item, placement_items, request_from_item
 from testkit.aws import item_size, write_units
 from testkit.clock import NOW_MS, no_sleep_backoff
 from testkit.payload import order_event, random_bytes
@@ -260,3 +261,23 @@ def test_a_value_inflating_past_any_inline_message_is_refused() -> None:
     stored = {**item(json_message()), c.ATTR_VALUE_Z: {"B": bomb}}
     with pytest.raises(StoreError, match="truncated or too large"):
         request_from_item(stored)
+
+
+def test_placements_of_a_burst_of_long_ids_stay_far_below_the_item_limit() -> None:
+    # 2,000 messages of 1,000-byte ids, one due second, all released later by their cap.
+    requests = [
+        dataclasses.replace(
+            delay_request(delay_id=f"{i:04d}" + "x" * 996, due_ms=DUE_MS, src=f"t-0-{i}"),
+            release_ms=DUE_MS + 1000 * (1 + i // 100),
+        )
+        for i in range(2000)
+    ]
+    items = placement_items(requests, 86_400)
+    assert all(item_size(i) <= c.PLACEMENT_MAX_BYTES + 1024 for i in items)
+    assert max(item_size(i) for i in items) < DYNAMODB_MAX_ITEM_BYTES // 4
+    pairs = [p for i in items for p in json.loads(i[c.ATTR_PLACEMENTS]["S"])]
+    assert len(pairs) == 2000
+    # The same batch stored again writes the same items (content-addressed keys).
+    assert placement_items(requests, 86_400) == items
+    # A message released in its due second has no placement.
+    assert placement_items([delay_request(due_ms=DUE_MS)], 86_400) == []

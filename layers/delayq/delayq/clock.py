@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 __all__ = [
     "Clock",
     "Sleep",
     "handler_clock",
-    "iso_ms",
     "set_handler_clock",
     "system_clock",
 ]
@@ -41,8 +39,3 @@ def handler_clock(module: str) -> Clock:
 def set_handler_clock(module: str, clock: Clock) -> None:
     """Make the next `handler_clock(module)` return `clock` instead of the system clock."""
     _handler_clocks[module] = clock
-
-
-def iso_ms(epoch_ms: int) -> str:
-    """Epoch milliseconds as ISO 8601 in UTC, to the millisecond (what operators read)."""
-    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds")

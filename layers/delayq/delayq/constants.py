@@ -10,6 +10,8 @@ __all__ = [
     "ATTR_CANCEL_TS",
     "ATTR_KEY",
     "ATTR_KEY_Z",
+    "ATTR_LATE_COUNT",
+    "ATTR_LOCATED_PK",
     "ATTR_MOVED_BY_SRC",
     "ATTR_MOVED_BY_TS",
     "ATTR_OFFLOADED_BYTES",
@@ -17,8 +19,10 @@ __all__ = [
     "ATTR_PENDING_QUEUED",
     "ATTR_PENDING_STORED",
     "ATTR_PK",
+    "ATTR_PLACEMENTS",
     "ATTR_PRIORITY",
     "ATTR_RELEASE_MS",
+    "ATTR_RELEASE_RANK",
     "ATTR_RESCHEDULE_DUE_MS",
     "ATTR_RESCHEDULE_ORDER",
     "ATTR_RESCHEDULE_SRC",
@@ -83,6 +87,7 @@ __all__ = [
     "ENV_DIRECT_WINDOW_MS",
     "ENV_EMIT_LEAD_MS",
     "ENV_HORIZON_SECONDS",
+    "ENV_ID_INDEX",
     "ENV_INGEST_TIMEOUT_SECONDS",
     "ENV_KAFKA_BOOTSTRAP",
     "ENV_KAFKA_CA_LOCATION",
@@ -128,12 +133,16 @@ __all__ = [
     "KAFKA_RECORD_OVERHEAD_BYTES",
     "KIND_CANCEL",
     "KIND_COUNTER",
+    "KIND_LOCATOR",
     "KIND_MESSAGE",
     "KIND_PENDING",
+    "KIND_PLACEMENT",
     "KIND_STATS",
     "KIND_WATERMARK",
     "LATE_RANGE_KEEP_SECONDS",
     "LIFE_AFTER_RELEASE_SECONDS",
+    "LOCATED_IN_QUEUE",
+    "LOCATOR_PK_PREFIX",
     "MAX_BUNDLE_ENTRIES",
     "MAX_DIRECT_WINDOW_MS",
     "MAX_ID_BYTES",
@@ -145,6 +154,10 @@ __all__ = [
     "MAX_TENANT_LENGTH",
     "PENDING_KEEP_SECONDS",
     "PENDING_PK_PREFIX",
+    "PLACEMENT_GROUPS",
+    "PLACEMENT_MAX_BYTES",
+    "PLACEMENT_MAX_ENTRIES",
+    "PLACEMENT_PK_PREFIX",
     "PRIORITIES",
     "PRIORITY_HIGH",
     "PRIORITY_LOW",
@@ -207,6 +220,7 @@ ENV_DELIVERY_LOG_RATE: Final = "DELAYQ_DELIVERY_LOG_RATE"
 ENV_TENANT_LIMITS: Final = "DELAYQ_TENANT_LIMITS"
 ENV_PENDING_COUNTS: Final = "DELAYQ_PENDING_COUNTS"
 ENV_STRICT_CAPS: Final = "DELAYQ_STRICT_CAPS"
+ENV_ID_INDEX: Final = "DELAYQ_ID_INDEX"
 ENV_DELAY_QUEUE_HIGH_URL: Final = "DELAYQ_DELAY_QUEUE_HIGH_URL"
 ENV_DELAY_QUEUE_LOW_URL: Final = "DELAYQ_DELAY_QUEUE_LOW_URL"
 ENV_AWS_REGION: Final = "AWS_REGION"
@@ -377,6 +391,22 @@ STORE_ZLIB_LEVEL: Final = 6
 KIND_MESSAGE: Final = "msg"
 KIND_CANCEL: Final = "cancel"
 KIND_WATERMARK: Final = "watermark"
+# Where a message stored away from its due second waits (a release cap's slot), found by id.
+KIND_LOCATOR: Final = "loc"
+LOCATOR_PK_PREFIX: Final = "loc#"
+ATTR_LOCATED_PK: Final = "at"
+# ``at`` of a message ingest sent to the delay queue (indexed when the id index is on).
+LOCATED_IN_QUEUE: Final = "queue"
+# Where a release cap placed the messages of one due-second (those stored in a later second),
+# grouped by a hash of the id: ``placed#<due second>#<group>``, one item per ingest batch and
+# group holding ``[sort key, seconds after due]`` pairs. A reschedule naming the due time
+# reads its id's group; a burst's thousand messages cost a few items, not a thousand.
+KIND_PLACEMENT: Final = "placed"
+PLACEMENT_PK_PREFIX: Final = "placed#"
+PLACEMENT_GROUPS: Final = 64
+PLACEMENT_MAX_ENTRIES: Final = 500
+PLACEMENT_MAX_BYTES: Final = 64 * 1024
+ATTR_PLACEMENTS: Final = "placed"
 KIND_STATS: Final = "stats"
 WATERMARK_PK: Final = "meta#watermark"
 WATERMARK_SK: Final = "-"
@@ -395,6 +425,9 @@ ATTR_OFFLOADED_BYTES: Final = "pb"
 ATTR_TENANT: Final = "tenant"
 ATTR_PRIORITY: Final = "priority"
 ATTR_RELEASE_MS: Final = "release_ms"
+ATTR_RELEASE_RANK: Final = "rk"
+# A tenant counter's count of late messages that claimed its second first (strict caps).
+ATTR_LATE_COUNT: Final = "l"
 # A cancel marker: the latest cancel's record timestamp and coordinates.
 ATTR_CANCEL_TS: Final = "cancel_ts"
 ATTR_CANCEL_SRC: Final = "cancel_src"

@@ -194,8 +194,9 @@ class _DelayMessage:
     request: DelayRequest
 
     def pace(self, slot_ms: int) -> None:
-        """Move it to a later slot of its tenant's cap; a re-send carries the slot."""
-        self.request = dataclasses.replace(self.request, paced_ms=slot_ms)
+        """Move it to a later slot of its tenant's cap (counted with the late ones there, not
+        ranked: nothing displaces it); a re-send carries the slot."""
+        self.request = dataclasses.replace(self.request, paced_ms=slot_ms, release_rank=-1)
         self.entry = BodyEntry(Envelope(self.request).encode(), self.request)
 
 
@@ -441,12 +442,18 @@ class _EmitRun:
         shaper = self.services.shaper
         if shaper is None or not ready:
             return ready
-        plan = shaper.catch_up([i.request for i in ready], self.clock(), self.deadline)
-        if not plan.slots and not plan.unplaced:
+        plan = shaper.catch_up(
+            [i.request for i in ready], self.clock(), self.deadline, clock=self.clock
+        )
+        if not plan.slots and not plan.unplaced and not plan.again:
             return ready
         now_ms = self.clock()
         keep: list[_DelayMessage] = []
         for index, item in enumerate(ready):
+            if index in plan.again:
+                # Its claim came back too late to use: it comes back for another.
+                self.again(item, now_ms)
+                continue
             why = plan.unplaced.get(index)
             if why is not None:
                 failure = Failure.CAP_FULL if index in plan.full else Failure.UNAVAILABLE

@@ -50,9 +50,10 @@ class Envelope:
 
     def encode(self) -> str:
         """The SQS body (JSON, version 1). ``ts``, ``pb`` (offloaded bytes), ``n`` (refused
-        deliveries), ``rl`` (release time), ``pc`` (the emitter's catch-up slot), ``tn``
-        (tenant), ``pr`` (priority), ``mt`` and ``ms`` (the reschedule that moved it) are left out
-        when they have their default: readers take the default for a missing one."""
+        deliveries), ``rl`` (release time), ``rk`` (release rank), ``pc`` (the emitter's
+        catch-up slot), ``tn`` (tenant), ``pr`` (priority), ``mt`` and ``ms`` (the reschedule
+        that moved it) are left out when they have their default: readers take the default
+        for a missing one."""
         r = self.request
         body: dict[str, Any] = {
             "v": ENVELOPE_VERSION,
@@ -75,6 +76,8 @@ class Envelope:
         ):
             if number:
                 body[name] = number
+        if r.release_rank >= 0:
+            body["rk"] = r.release_rank
         if r.moved_src:
             body["ms"] = r.moved_src
         if r.tenant:
@@ -189,6 +192,7 @@ def _request_of(d: Any) -> DelayRequest:
             offloaded_bytes=_count(d, "pb"),
             attempts=_count(d, "n"),
             release_ms=_count(d, "rl"),
+            release_rank=_count(d, "rk") if "rk" in d else -1,
             paced_ms=_count(d, "pc"),
             moved_ts_ms=_count(d, "mt"),
             moved_src=_optional_text(d, "ms", ""),

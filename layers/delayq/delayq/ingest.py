@@ -223,8 +223,9 @@ def _split_direct(
 ) -> tuple[list[DelayRequest], list[DelayRequest]]:
     """``(due within the direct window, the others)``; nothing is direct without the path.
     A reschedule's copy whose value waits in S3 is not direct either: ingest would have no
-    value to produce (the emitter restores it). Nor is a capped tenant's message whose release
-    second has passed (ingest behind): with ``strict_caps`` the emitter gives it a new slot."""
+    value to produce (the emitter restores it). Nor, with ``strict_caps``, is a message its
+    tenant's cap counted: the emitter gives it a new slot if its release second has passed
+    (ingest behind) or late messages took it."""
     if services.direct is None or not settings.direct_window_ms:
         return [], requests
     now_ms = clock()
@@ -236,6 +237,8 @@ def _split_direct(
             is_direct(r, now_ms, settings)
             and not r.payload_ref
             and missed_slot_cap(r, limits, now_ms) is None
+            # Under strict caps the emitter checks whether late messages displaced it.
+            and not (r.release_rank >= 0 and limits.of(r.owner).release_per_second is not None)
         )
         (direct if goes_direct else others).append(r)
     return direct, others
@@ -290,6 +293,9 @@ def _keep(
     for request in prepared:
         routed = buckets.route(request.release_at_ms, now_ms, settings.horizon_seconds)
         (to_queue if routed is buckets.Route.QUEUE else to_store).append(request)
+    # With the id index on, what goes to the delay queue is found by id too (written first: a
+    # failure then leaves nothing queued without its locator).
+    services.store.put_queued_locators(to_queue, deadline)
     rescued = 0
     if tally is not None:
         tally.kept(to_store, queued=False)

@@ -41,13 +41,12 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 __all__ = [
-    "PERIOD_MINUTES",
+    "MINUTES_PER_DAY",
     "PendingCount",
     "PendingCounts",
     "PendingTally",
     "counts_of",
     "day_of",
-    "group_counts",
     "item_of",
     "minute_of",
     "pending_key",
@@ -59,8 +58,6 @@ T = TypeVar("T")
 Item = dict[str, Any]
 
 MINUTES_PER_DAY: Final = 1440
-# Period lengths (minutes) by name; counts are kept in these and shown in them.
-PERIOD_MINUTES: Final = {"minute": 1, "hour": 60, "day": MINUTES_PER_DAY}
 # A message sent at most this long before its release is counted in its minute; at most a
 # day before, in its hour; otherwise in its day.
 _MINUTE_WITHIN_MS: Final = 3600_000
@@ -358,26 +355,3 @@ def counts_of(
         minute = start + period * length
         if minute <= last_minute and minute + length > first_minute:
             yield PendingCount(minute, length, target, stored, queued)
-
-
-def group_counts(
-    counts: Iterable[PendingCount], by: str, target: str | None = None
-) -> list[PendingCount]:
-    """Counts summed per period of ``by`` (``minute``, ``hour`` or ``day``) and target, in
-    period then target order; only ``target``'s when given. A count kept for a longer period
-    than ``by`` (an hour or a day: messages sent far ahead) stays whole, as its own row.
-    Periods whose count is 0 (every message moved away) are left out."""
-    size = PERIOD_MINUTES[by]
-    sums: dict[tuple[int, int, str], list[int]] = defaultdict(lambda: [0, 0])
-    for count in counts:
-        if target is not None and count.target != target:
-            continue
-        length = max(size, count.minutes)
-        pair = sums[(count.minute - count.minute % length, length, count.target)]
-        pair[0] += count.stored
-        pair[1] += count.queued
-    return [
-        PendingCount(start, length, name, stored, queued)
-        for (start, length, name), (stored, queued) in sorted(sums.items())
-        if stored or queued
-    ]

@@ -118,6 +118,10 @@ class DelayRequest:
     priority: str = c.PRIORITY_NORMAL
     # When its tenant's release-rate cap lets it go (0: at its due time). Never before due.
     release_ms: int = 0
+    # Its place among the messages its tenant's cap counted in its release second (from 0; -1:
+    # not counted there: no cap, a reschedule's copy, a catch-up slot). Under strict caps, the
+    # late messages that claimed that second go first: a rank past what they left waits.
+    release_rank: int = -1
     # A later slot the emitter took for it from the same cap when it missed its release second
     # (the pipeline catching up; 0: none). It moves when the message goes, not its lateness,
     # which still counts from its release.
@@ -164,9 +168,9 @@ class CancelRequest:
 
 @dataclass(frozen=True)
 class RescheduleRequest:
-    """A control record asking to move the pending message ``delay_id``, stored for
-    ``was_due_ms`` (its due time, or its release time when a release cap deferred it), to
-    ``due_ms``. Like a cancel, it applies to the messages with that id written before it."""
+    """A control record asking to move the pending message ``delay_id``, due at
+    ``was_due_ms`` (0: not given, found by id), to ``due_ms``. Like a cancel, it applies to
+    the messages with that id written before it."""
 
     delay_id: str
     was_due_ms: int
@@ -260,7 +264,7 @@ def _inline_body_bytes(request: DelayRequest) -> int:
     return (
         # The fixed field names and punctuation, the optional numbers and priority.
         256
-        + 4 * 24
+        + 5 * 24
         + 16
         + text_bytes
         + _json_bytes_len(request.key)
@@ -373,15 +377,20 @@ def _reschedule(
     control: Mapping[str, str], source: Source, settings: Settings, now_ms: int
 ) -> RescheduleRequest:
     """A ``delay-reschedule`` record: the id, the old due time (``delay-was-due``, epoch
-    milliseconds) and the new one (the usual due headers, relative ones counted from this
-    record's timestamp). Its key, value and other headers are not used."""
+    milliseconds; optional with the id index) and the new one (the usual due headers,
+    relative ones counted from this record's timestamp). Its key, value and other headers
+    are not used."""
     delay_id = _delay_id(control[c.HEADER_RESCHEDULE], "delay-reschedule")
-    if c.HEADER_WAS_DUE not in control:
+    if c.HEADER_WAS_DUE in control:
+        was_due_ms = _header_ms(c.HEADER_WAS_DUE, control[c.HEADER_WAS_DUE], source.timestamp_ms)
+    elif settings.id_index:
+        was_due_ms = 0  # found by its id (the id index)
+    else:
         raise RejectedRecord(
             Reason.MISSING_DUE,
-            "delay-reschedule needs delay-was-due: the message's due time, epoch milliseconds",
+            "delay-reschedule needs delay-was-due (the message's due time, epoch milliseconds): "
+            "this stack keeps no id index to find it by id alone (IdIndex=0)",
         )
-    was_due_ms = _header_ms(c.HEADER_WAS_DUE, control[c.HEADER_WAS_DUE], source.timestamp_ms)
     due_ms = _due_ms(control, source.timestamp_ms)
     _check_delay(due_ms, settings, now_ms)
     return RescheduleRequest(delay_id, was_due_ms, due_ms, source.coordinates, source.timestamp_ms)

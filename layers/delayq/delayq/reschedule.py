@@ -82,10 +82,17 @@ def reschedule(
     """
     outcome = RescheduleOutcome()
     per_id = chains(reschedules)
-    wanted = [
-        (r.delay_id, at) for chain in per_id for r in chain for at in (r.was_due_ms, r.due_ms)
-    ]
-    stored = store.versions_at(wanted, deadline)
+    # What each moves (no delay-was-due: found by id, below), and what is already at each new
+    # time (a redelivered reschedule's copy: never placed away by a cap).
+    old = [(r.delay_id, r.was_due_ms) for chain in per_id for r in chain if r.was_due_ms]
+    new = [(r.delay_id, r.due_ms) for chain in per_id for r in chain]
+    stored = {
+        **store.versions_at(new, deadline, placed=False),
+        **store.versions_at(old, deadline),
+    }
+    by_id = [chain[0].delay_id for chain in per_id if any(not r.was_due_ms for r in chain)]
+    for delay_id, located in (store.located(by_id, deadline) if by_id else {}).items():
+        stored[(delay_id, 0)] = [loc.stored for loc in located if loc.stored is not None]
     markers = store.markers([chain[0].delay_id for chain in per_id], deadline)
     now_ms = clock()
     to_record: list[tuple[RescheduleRequest, DelayRequest, DelayRequest, Deadline]] = []
@@ -138,7 +145,9 @@ def _resolve(
     for r in live:
         candidates = [*stored[(r.delay_id, r.was_due_ms)]]
         candidates += [
-            copy for _, copy in made if due_second(copy.release_at_ms) == due_second(r.was_due_ms)
+            copy
+            for _, copy in made
+            if not r.was_due_ms or due_second(copy.due_ms) == due_second(r.was_due_ms)
         ]
         message = _movable(r, candidates, marker, settings, now_ms)
         if isinstance(message, RejectedRecord):
@@ -176,6 +185,13 @@ def _movable(
     """The version ``r`` moves (the latest written before it among ``candidates``: the
     versions of its id at its old time), else why not."""
     before = [v for v in candidates if _version_before(v, r)]
+    if not before and not r.was_due_ms:
+        return RejectedRecord(
+            Reason.RESCHEDULE_NOT_FOUND,
+            f"no stored message {r.delay_id!r} sent before this reschedule is in the id index: "
+            "it was delivered, never sent, due within the horizon when it was sent (it waits "
+            "in the delay queue, where it cannot be moved), or stored before the index was on",
+        )
     if not before:
         # A message sent after the reschedule (reusing the id) is a new message.
         return RejectedRecord(

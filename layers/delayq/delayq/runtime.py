@@ -21,7 +21,7 @@ from delayq.payloads import PayloadStore
 from delayq.pending import PendingCounts
 from delayq.queues import DelayQueue, RejectQueue, SqsQueue, TickQueue
 from delayq.settings import Settings
-from delayq.shaping import Shaper
+from delayq.shaping import Shaper, catch_up_lead_ms
 from delayq.stats import DeliveryStats, FlushPolicy
 from delayq.store import MessageStore
 
@@ -30,8 +30,6 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_secretsmanager import SecretsManagerClient
     from mypy_boto3_sqs import SQSClient
-
-    from delayq.redrive import RedriveServices
 
 __all__ = [
     "cleanup_services",
@@ -44,7 +42,6 @@ __all__ = [
     "message_store",
     "payload_store",
     "pending_counts",
-    "redrive_services",
     "reject_queue",
     "sqs_queue",
     "tick_queue",
@@ -88,6 +85,7 @@ def message_store(settings: Settings) -> MessageStore:
         shards=settings.shards,
         ttl_grace_seconds=settings.ttl_grace_seconds,
         max_delay_seconds=settings.max_delay_seconds,
+        index_all=bool(settings.id_index),
     )
 
 
@@ -191,20 +189,9 @@ def emitter_services(settings: Settings) -> EmitterServices:
         rejects=reject_queue(settings, payloads),
         payloads=payloads,
         stats=DeliveryStats(policy=FlushPolicy(max_messages=settings.stats_flush_messages)),
-        shaper=Shaper(store, settings.limits) if settings.strict_caps and limited else None,
-    )
-
-
-def redrive_services(settings: Settings) -> RedriveServices:
-    """What a redrive (``delayq redrive``) uses: its source queue, the oversize rejected
-    records, and ingest's destinations (table, queues and bucket must be set). Imported here:
-    only the operators' command needs it, and every handler imports this module. Its SQS
-    client reads for a long poll's wait longer than the other calls' read timeout."""
-    from delayq.redrive import MAX_WAIT_SECONDS, RedriveServices  # noqa: PLC0415
-
-    read_timeout = settings.aws_read_timeout_seconds + MAX_WAIT_SECONDS
-    return RedriveServices(
-        sqs=client("sqs", settings.with_overrides(aws_read_timeout_seconds=read_timeout)),
-        s3=client("s3", settings),
-        ingest=ingest_services(settings),
+        shaper=(
+            Shaper(store, settings.limits, claim_lead_ms=catch_up_lead_ms(settings))
+            if settings.strict_caps and limited
+            else None
+        ),
     )

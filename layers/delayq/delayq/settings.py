@@ -72,6 +72,10 @@ class Settings:
     # takes a new one from the same per-second counters, at the emitter (delayq.shaping); 0:
     # it goes out as soon as it can, so a catch-up may exceed the cap.
     strict_caps: int = 1
+    # 1: ingest keeps a locator for every message it stores or queues (operators and
+    # reschedules find them by id alone); 0: only for messages a release cap stores away from
+    # their due second.
+    id_index: int = 0
     # The delay queues of the other priorities (empty: those messages use the normal one).
     delay_queue_high_url: str = ""
     delay_queue_low_url: str = ""
@@ -179,6 +183,8 @@ class Settings:
             problems.append("pending_counts must be 0 or 1")
         if self.strict_caps not in (0, 1):
             problems.append("strict_caps must be 0 or 1")
+        if self.id_index not in (0, 1):
+            problems.append("id_index must be 0 or 1")
         return problems
 
     def _kafka_problems(self) -> list[str]:
@@ -320,6 +326,7 @@ _ENV_OF = {
     "pending_counts": c.ENV_PENDING_COUNTS,
     "tenant_limits": c.ENV_TENANT_LIMITS,
     "strict_caps": c.ENV_STRICT_CAPS,
+    "id_index": c.ENV_ID_INDEX,
     "delay_queue_high_url": c.ENV_DELAY_QUEUE_HIGH_URL,
     "delay_queue_low_url": c.ENV_DELAY_QUEUE_LOW_URL,
     "stats_flush_messages": c.ENV_STATS_FLUSH_MESSAGES,

@@ -34,11 +34,11 @@ same tenant and second makes other claims: counted again (stricter, never over a
 
 **While the pipeline catches up** (after a target outage, behind a backlog), a capped
 tenant's messages whose release second has passed would all go out at once. With
-``strict_caps`` on, the emitter (and ingest's direct path, which leaves such messages to it)
-gives each of them a new slot from the same counters, from the current second on
-(:meth:`Shaper.catch_up`): a second's on-time messages were counted there when they got their
-slots, so the late ones only take the room left, and no second of the emitter's clock gets
-more than the cap. Messages on time make no call: the normal path costs nothing.
+``strict_caps`` on, the emitter (ingest's direct path leaves capped messages to it) gives each
+of them a new slot, late messages first: they count apart (``l``) in the seconds from the
+emitter's hold ahead on, and an on-time message whose rank in its second (given at ingest) is
+past what they left is displaced to a later slot (:meth:`Shaper.catch_up`). No second of the
+emitter's clock gets more than the cap; on-time messages of uncapped tenants make no call.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from delayq.exceptions import DelayQueueError
 from delayq.limits import TenantLimits
 from delayq.records import DelayRequest
 from delayq.retry import Deadline
+from delayq.settings import Settings
 from delayq.store import MessageStore
 
 __all__ = [
@@ -63,6 +64,7 @@ __all__ = [
     "Claim",
     "NoReleaseSlotError",
     "Shaper",
+    "catch_up_lead_ms",
     "missed_slot_cap",
     "release_slots",
 ]
@@ -90,10 +92,10 @@ def release_slots(
     *,
     first_second: int | None = None,
     spread: int | None = None,
-) -> list[tuple[int, int]]:
+) -> list[tuple[int, int, int]]:
     """Spread ``count`` messages due in ``due_second`` over the seconds from
     ``first_second`` (default: their due second) on, at most ``per_second`` in each:
-    ``[(second, how many), ...]`` in order.
+    ``[(second, how many, the first one's rank in that second), ...]`` in order.
 
     Past full seconds the probe gallops (1, 2, 4 ... up to ``RELEASE_PROBE_MAX_STEP``
     seconds at a time), so that a container that has not seen a long burst's full seconds
@@ -103,7 +105,7 @@ def release_slots(
     ``MAX_RELEASE_SPREAD_SECONDS``) after the due second is taken: :class:`NoReleaseSlotError`
     then."""
     spread = c.MAX_RELEASE_SPREAD_SECONDS if spread is None else spread
-    slots: list[tuple[int, int]] = []
+    slots: list[tuple[int, int, int]] = []
     second = due_second if first_second is None else max(due_second, first_second)
     left, step, last_full = count, 1, second - 1
     while left:
@@ -114,9 +116,10 @@ def release_slots(
                 last_full,
             )
         after = claim(key, second, left)
-        granted = max(0, min(left, per_second - (after - left)))
+        before = after - left
+        granted = max(0, min(left, per_second - before))
         if granted:
-            slots.append((second, granted))
+            slots.append((second, granted, before))
             left -= granted
             second, step = second + 1, 1
         else:
@@ -137,6 +140,12 @@ class Admission:
     capped: int = 0  # released after their due time by a release cap
 
 
+def catch_up_lead_ms(settings: Settings) -> int:
+    """How far ahead the emitter's catch-up claims (``Shaper.claim_lead_ms``): the hold, a
+    margin for clocks and the claim's latency."""
+    return settings.max_hold_ms + c.RESCHEDULE_MARGIN_MS
+
+
 def missed_slot_cap(request: DelayRequest, limits: TenantLimits, now_ms: int) -> int | None:
     """The release cap of ``request``'s tenant when its release second has passed (produced
     now, it would land in a second whose counter did not count it); None when it is on time
@@ -155,6 +164,8 @@ class CatchUp:
     unplaced: dict[int, str] = field(default_factory=dict)
     # Of the unplaced: those whose cap had no room (the others' counter could not be reached).
     full: set[int] = field(default_factory=set)
+    # Those whose claim was answered too late to use (they claim again at once).
+    again: set[int] = field(default_factory=set)
 
 
 @dataclass
@@ -164,6 +175,10 @@ class Shaper:
 
     store: MessageStore
     limits: TenantLimits
+    # How far ahead a catch-up claims (the emitter's hold + a margin for clocks and the
+    # claim's latency): the on-time messages of a second check its late count when they are
+    # received, at most the hold before it, so they see every claim on it.
+    claim_lead_ms: int = c.DEFAULT_MAX_HOLD_MS + c.RESCHEDULE_MARGIN_MS
     _full: dict[str, int] = field(default_factory=dict)
 
     def admit(self, requests: Sequence[DelayRequest], now_ms: int, deadline: Deadline) -> Admission:
@@ -249,40 +264,58 @@ class Shaper:
             except NoReleaseSlotError as e:
                 admission.refused += [(r, str(e)) for r in group]
                 continue
-            for slot, count in slots:
-                out.extend(_released(r, slot) for r in group[:count])
+            for slot, count, first_rank in slots:
+                out.extend(_released(r, slot, first_rank + n) for n, r in enumerate(group[:count]))
                 group = group[count:]
         return out
 
     def catch_up(
-        self, requests: Sequence[DelayRequest], now_ms: int, deadline: Deadline
+        self,
+        requests: Sequence[DelayRequest],
+        now_ms: int,
+        deadline: Deadline,
+        clock: Callable[[], int] | None = None,
     ) -> CatchUp:
-        """New slots, from the current second on, for the capped tenants' messages whose
-        release second has passed (:func:`missed_slot_cap`); the others are left out. Per
-        tenant, in release order (ties: the order given), one claim per second with room, on
-        the counters ingest fills: seconds already given to on-time messages keep them, so a
-        late message never pushes one out, and a second never holds more than the cap.
+        """New slots for the capped tenants' messages that cannot go in their release second:
+        those whose second has passed (:func:`missed_slot_cap`), and those on time that the
+        late messages before them displaced (:meth:`displaced`); the others are left out.
 
-        A tenant whose counter cannot be reached (throttled, the network), or whose seconds
-        are taken for ``CATCH_UP_SPREAD_SECONDS`` ahead, is left in ``unplaced`` with why."""
+        Late messages go first: per tenant, in release order (ties: the order given), they
+        claim the cap's seconds from ``claim_lead_ms`` ahead on a count of their own (``l``
+        on the counters ingest fills); an on-time message whose rank in its second is past
+        what the late ones left is displaced in turn, so no second gets more than the cap and
+        the tenant's messages go out oldest first. A claim answered after its second's
+        deadline (on ``clock``, default: ``now_ms``) is not used (it only wastes that
+        room). A tenant whose counter cannot be
+        reached (throttled, the network), or whose seconds are taken for
+        ``CATCH_UP_SPREAD_SECONDS`` ahead, is left in ``unplaced`` with why."""
         out = CatchUp()
         late: dict[tuple[str, int], list[int]] = {}
+        try:
+            displaced = self.displaced(requests, now_ms, deadline)
+        except DelayQueueError as e:
+            # The late counts cannot be read: the on-time messages wait (fail closed).
+            ranked = self._ranked(requests, now_ms)
+            out.unplaced.update((i, f"late counts not read: {e}") for i in ranked)
+            displaced = set()
         for index, request in enumerate(requests):
             cap = missed_slot_cap(request, self.limits, now_ms)
+            if cap is None and index in displaced:
+                cap = self.limits.of(request.owner).release_per_second
             if cap is not None:
                 late.setdefault((request.owner, cap), []).append(index)
-        now_second = buckets.due_second(now_ms)
+        first = buckets.due_second(now_ms + self.claim_lead_ms) + 1
         for (tenant, per_second), indexes in late.items():
             key = f"{c.RATE_PK_PREFIX}{tenant}"
             indexes.sort(key=lambda i: requests[i].release_at_ms)
-            tag = _tag(f"catch-up#{now_second}", (requests[i] for i in indexes))
-            claim = self._claim(deadline, tag)
-            start = max(now_second, self._full.get(key, now_second - 1) + 1)
+            tag = _tag(f"catch-up#{first}", (requests[i] for i in indexes))
+            claim = self._claim(deadline, tag, counter=c.ATTR_LATE_COUNT)
+            start = max(first, self._full.get(key, first - 1) + 1)
             try:
                 slots = release_slots(
                     claim,
                     key,
-                    now_second,
+                    first,
                     len(indexes),
                     per_second,
                     first_second=start,
@@ -297,19 +330,64 @@ class Shaper:
                 out.unplaced.update((i, str(e)) for i in indexes)
                 continue
             placed = iter(indexes)
-            for second, count in slots:
-                out.slots.update((next(placed), second * 1000) for _ in range(count))
+            answered_ms = clock() if clock is not None else now_ms
+            for second, count, _ in slots:
+                for _ in range(count):
+                    index = next(placed)
+                    if answered_ms + self.claim_lead_ms < second * 1000:
+                        out.slots[index] = second * 1000
+                    else:
+                        out.again.add(index)
                 self._full[key] = max(self._full.get(key, second - 1), second - 1)
         return out
 
-    def _claim(self, deadline: Deadline, tag: str) -> Claim:
-        """Claims on the store's counters (``<key>#<second>``, kept a day after it), each
-        made once per ``tag`` (the records it counts), counter and amount."""
+    def displaced(
+        self, requests: Sequence[DelayRequest], now_ms: int, deadline: Deadline
+    ) -> set[int]:
+        """The on-time capped messages (by index) whose rank in their release second is past
+        what the late messages that claimed it first left: they wait for a later slot. One
+        strongly consistent read per tenant and second (none without ranked messages)."""
+        ranked = self._ranked(requests, now_ms)
+        if not ranked:
+            return set()
+        keys = {i: self._counter_key(requests[i]) for i in ranked}
+        counts = self.store.late_counts(list(keys.values()), deadline)
+        return {
+            i
+            for i in ranked
+            if requests[i].release_rank
+            >= (self.limits.of(requests[i].owner).release_per_second or 0) - counts[keys[i]]
+        }
 
-        def claim(counter: str, second: int, amount: int) -> int:
+    def _ranked(self, requests: Sequence[DelayRequest], now_ms: int) -> list[int]:
+        """The on-time messages a cap counted in their release second (a rank, a cap)."""
+        return [
+            i
+            for i, r in enumerate(requests)
+            if r.release_rank >= 0
+            and self.limits.of(r.owner).release_per_second is not None
+            and missed_slot_cap(r, self.limits, now_ms) is None
+        ]
+
+    @staticmethod
+    def _counter_key(request: DelayRequest) -> str:
+        second = buckets.due_second(request.release_at_ms)
+        return f"{c.RATE_PK_PREFIX}{request.owner}#{second}"
+
+    def _claim(self, deadline: Deadline, tag: str, *, counter: str = "n") -> Claim:
+        """Claims on the store's counters (``<key>#<second>``, kept a day after it), each
+        made once per ``tag`` (the records it counts), counter and amount; ``counter``: the
+        attribute counted (``n``, or the late count)."""
+
+        def claim(key: str, second: int, amount: int) -> int:
             expires = second + c.COUNTER_KEEP_SECONDS
-            name = _claim_name(tag, counter, second, amount)
-            return self.store.claim_counter(f"{counter}#{second}", amount, name, expires, deadline)
+            # The names of the ``n`` claims are those earlier versions made (a replay across
+            # a deploy finds them).
+            counted = key if counter == "n" else f"{key}/{counter}"
+            name = _claim_name(tag, counted, second, amount)
+            return self.store.claim_counter(
+                f"{key}#{second}", amount, name, expires, deadline, counter=counter
+            )
 
         return claim
 
@@ -337,9 +415,10 @@ def _claim_name(tag: str, counter: str, second: int, amount: int) -> str:
     return "c" + hashlib.blake2b(raw, digest_size=8).hexdigest()
 
 
-def _released(request: DelayRequest, slot_second: int) -> DelayRequest:
-    """``request`` released in ``slot_second``: at its due time if that falls there."""
+def _released(request: DelayRequest, slot_second: int, rank: int) -> DelayRequest:
+    """``request`` released in ``slot_second`` (at its due time if that falls there), the
+    ``rank``-th its cap counted there."""
     release = max(request.due_ms, slot_second * 1000)
-    if release == request.due_ms:
-        return request
-    return dataclasses.replace(request, release_ms=release)
+    return dataclasses.replace(
+        request, release_ms=release if release != request.due_ms else 0, release_rank=rank
+    )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import uuid
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -32,14 +33,19 @@ if TYPE_CHECKING:
 __all__ = [
     "Item",
     "LateRanges",
+    "Located",
     "MessageStore",
     "Page",
     "Watermark",
     "cancel_key",
     "condition_failed",
     "id_of_sort_key",
+    "locator_item",
     "message_item",
     "message_key",
+    "placed_away",
+    "placement_items",
+    "placement_key",
     "query_pool",
     "request_from_item",
     "sort_key",
@@ -60,6 +66,33 @@ class Page:
     messages: list[DelayRequest]
     # The sort key to read on after; None when the partition has nothing more.
     last_key: str | None
+
+
+@dataclass(frozen=True)
+class Located:
+    """One locator of an id: a version's due and release times, its record's timestamp,
+    where it waits (``queued``: ingest sent it to the delay queue), and the stored version
+    itself when it is still in the table."""
+
+    due_ms: int
+    release_ms: int
+    ts_ms: int
+    queued: bool
+    stored: DelayRequest | None = None
+
+
+def _located_of(item: Item, stored: DelayRequest | None) -> Located:
+    def number(name: str) -> int:
+        return int(item[name]["N"]) if name in item else 0
+
+    due_ms = number("due_ms")
+    return Located(
+        due_ms=due_ms,
+        release_ms=number(c.ATTR_RELEASE_MS) or due_ms,
+        ts_ms=number(c.ATTR_TS),
+        queued=item[c.ATTR_LOCATED_PK]["S"] == c.LOCATED_IN_QUEUE,
+        stored=stored,
+    )
 
 
 LateRanges = buckets.Ranges
@@ -126,6 +159,8 @@ def message_item(request: DelayRequest, shards: int, ttl_grace_seconds: int) -> 
         item[c.ATTR_PRIORITY] = {"S": request.priority}
     if request.release_ms:
         item[c.ATTR_RELEASE_MS] = {"N": str(request.release_ms)}
+    if request.release_rank >= 0:
+        item[c.ATTR_RELEASE_RANK] = {"N": str(request.release_rank)}
     if request.ts_ms:
         item[c.ATTR_TS] = {"N": str(request.ts_ms)}
     if request.moved_src:
@@ -146,6 +181,89 @@ def message_item(request: DelayRequest, shards: int, ttl_grace_seconds: int) -> 
     if request.payload_ref:
         item["payload_ref"] = {"S": request.payload_ref}
     return item
+
+
+def placed_away(request: DelayRequest) -> bool:
+    """Whether a stored message waits away from its due second (a release cap's slot), so
+    that a reschedule naming its due time needs its placement to find it."""
+    return buckets.due_second(request.release_at_ms) != buckets.due_second(request.due_ms)
+
+
+def locator_item(request: DelayRequest, shards: int, ttl_grace_seconds: int) -> Item:
+    """Where a message waits, found by its id: ``loc#<id>``, the message's sort key, its due
+    and release times, its record's timestamp and the partition key it is stored under
+    (``at``, or ``queue``); it expires with the message."""
+    key = message_key(request, shards)
+    return {
+        c.ATTR_PK: {"S": f"{c.LOCATOR_PK_PREFIX}{request.delay_id}"},
+        c.ATTR_SK: key[c.ATTR_SK],
+        "kind": {"S": c.KIND_LOCATOR},
+        "due_ms": {"N": str(request.due_ms)},
+        c.ATTR_RELEASE_MS: {"N": str(request.release_at_ms)},
+        c.ATTR_TS: {"N": str(request.ts_ms)},
+        c.ATTR_LOCATED_PK: key[c.ATTR_PK],
+        c.ATTR_TTL: {"N": str(buckets.expires_at(request.release_at_ms, ttl_grace_seconds))},
+    }
+
+
+def placement_key(delay_id: str, due_ms: int) -> str:
+    """The partition of the placements of ``delay_id``'s messages due in ``due_ms``'s second."""
+    group = zlib.crc32(delay_id.encode("utf-8")) % c.PLACEMENT_GROUPS
+    return f"{c.PLACEMENT_PK_PREFIX}{buckets.due_second(due_ms)}#{group}"
+
+
+def placement_items(requests: Sequence[DelayRequest], ttl_grace_seconds: int) -> list[Item]:
+    """Where a release cap placed ``requests`` (those stored away from their due second): per
+    due-second and id group, items of ``[sort key, seconds after due]`` pairs. An item's sort
+    key is a digest of its pairs, so the same batch stored twice writes the same items."""
+    grouped: dict[str, list[tuple[str, int, int]]] = {}
+    for r in requests:
+        if placed_away(r):
+            offset = buckets.due_second(r.release_at_ms) - buckets.due_second(r.due_ms)
+            expires = buckets.expires_at(r.release_at_ms, ttl_grace_seconds)
+            grouped.setdefault(placement_key(r.delay_id, r.due_ms), []).append(
+                (sort_key(r), offset, expires)
+            )
+    items = []
+    for pk, entries in grouped.items():
+        for chunk in _placement_chunks(sorted(set(entries))):
+            pairs = json.dumps([[key, offset] for key, offset, _ in chunk], separators=(",", ":"))
+            digest = hashlib.blake2b(pairs.encode(), digest_size=12).digest()
+            items.append(
+                {
+                    c.ATTR_PK: {"S": pk},
+                    c.ATTR_SK: {"S": base64.urlsafe_b64encode(digest).decode()},
+                    "kind": {"S": c.KIND_PLACEMENT},
+                    c.ATTR_PLACEMENTS: {"S": pairs},
+                    c.ATTR_TTL: {"N": str(max(expires for _, _, expires in chunk))},
+                }
+            )
+    return items
+
+
+def _placement_chunks(entries: list[tuple[str, int, int]]) -> Iterable[list[tuple[str, int, int]]]:
+    """``entries`` in runs of at most ``PLACEMENT_MAX_ENTRIES`` and ``PLACEMENT_MAX_BYTES`` of
+    sort keys (ids may be 1,000 bytes: an item stays far below DynamoDB's 400 KB)."""
+    chunk: list[tuple[str, int, int]] = []
+    size = 0
+    for entry in entries:
+        cost = len(entry[0].encode()) + 16
+        if chunk and (len(chunk) >= c.PLACEMENT_MAX_ENTRIES or size + cost > c.PLACEMENT_MAX_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(entry)
+        size += cost
+    if chunk:
+        yield chunk
+
+
+def _is_version_of(sk: str, delay_id: str) -> bool:
+    """Whether a message sort key (:func:`sort_key`) is of ``delay_id``: the id alone, or the
+    id and a version tag (which has no separator)."""
+    if sk == delay_id:
+        return True
+    head, separator, tag = sk.rpartition(_VERSION_SEPARATOR)
+    return bool(separator) and head == delay_id and bool(tag)
 
 
 def message_key(request: DelayRequest, shards: int) -> Item:
@@ -218,6 +336,7 @@ def request_from_item(item: Item) -> DelayRequest:
         tenant=item.get(c.ATTR_TENANT, {}).get("S", ""),
         priority=item.get(c.ATTR_PRIORITY, {}).get("S", c.PRIORITY_NORMAL),
         release_ms=int(item[c.ATTR_RELEASE_MS]["N"]) if c.ATTR_RELEASE_MS in item else 0,
+        release_rank=(int(item[c.ATTR_RELEASE_RANK]["N"]) if c.ATTR_RELEASE_RANK in item else -1),
         moved_ts_ms=int(item[c.ATTR_MOVED_BY_TS]["N"]) if c.ATTR_MOVED_BY_TS in item else 0,
         moved_src=item.get(c.ATTR_MOVED_BY_SRC, {}).get("S", ""),
     )
@@ -330,6 +449,7 @@ class MessageStore:
         backoff: Backoff | None = None,
         query_workers: int = 16,
         executor: Executor | None = None,
+        index_all: bool = False,
     ) -> None:
         self._client = client
         self._table = table_name
@@ -339,15 +459,35 @@ class MessageStore:
         self._backoff = backoff or Backoff()
         # ``executor``: where parallel queries and marker writes run (default: a pool).
         self._pool = executor or query_pool(shards, query_workers)
+        # The id index (``Settings.id_index``): a locator for every message, not only those a
+        # release cap stores away from their due second.
+        self.index_all = index_all
 
     # --- writes --------------------------------------------------------------------------
 
     def put_messages(
         self, requests: Sequence[DelayRequest], now_ms: int, deadline: Deadline
     ) -> None:
-        """Store messages (TTL = due + grace). Same id and due twice is one item."""
+        """Store messages (TTL = release + grace), with the placements of those a release cap
+        stored away from their due second, and (id index on) a locator each. The same record
+        stored twice is one item."""
         items = [message_item(r, self._shards, self._ttl_grace) for r in requests]
+        items += placement_items(requests, self._ttl_grace)
+        if self.index_all:
+            items += [locator_item(r, self._shards, self._ttl_grace) for r in requests]
         self._batch_write("store messages", items, deadline)
+
+    def put_queued_locators(self, requests: Sequence[DelayRequest], deadline: Deadline) -> None:
+        """With the id index on, the locators of messages ingest sent to the delay queue
+        (``at`` = ``queue``); without it, nothing."""
+        if not self.index_all or not requests:
+            return
+        items = []
+        for r in requests:
+            item = locator_item(r, self._shards, self._ttl_grace)
+            item[c.ATTR_LOCATED_PK] = {"S": c.LOCATED_IN_QUEUE}
+            items.append(item)
+        self._batch_write("store locators", items, deadline)
 
     def put_cancels(
         self, cancels: Sequence[CancelRequest], now_ms: int, deadline: Deadline
@@ -478,13 +618,21 @@ class MessageStore:
         return True
 
     def claim_counter(
-        self, pk: str, amount: int, claim: str, expires_s: int, deadline: Deadline
+        self,
+        pk: str,
+        amount: int,
+        claim: str,
+        expires_s: int,
+        deadline: Deadline,
+        *,
+        counter: str = "n",
     ) -> int:
         """Add ``amount`` to the counter item ``pk`` once per ``claim`` (an attribute name
         that identifies the records counted); returns the value after the claim's add, the
         same on every replay of it (a lost response, a redelivered batch): the counter as it
         was before the claim is kept in the ``claim`` attribute by the add itself. A replay
-        costs one failed conditional write and one strongly consistent read."""
+        costs one failed conditional write and one strongly consistent read. ``counter``: the
+        attribute counted (``n``; ``l`` for late messages under strict caps)."""
         expression = (
             "SET #c = if_not_exists(#n, :zero), kind = :kind, #ttl = :expires ADD #n :amount"
         )
@@ -496,7 +644,7 @@ class MessageStore:
                     Key={c.ATTR_PK: {"S": pk}, c.ATTR_SK: {"S": "-"}},
                     UpdateExpression=expression,
                     ConditionExpression="attribute_not_exists(#c)",
-                    ExpressionAttributeNames={"#n": "n", "#c": claim, "#ttl": c.ATTR_TTL},
+                    ExpressionAttributeNames={"#n": counter, "#c": claim, "#ttl": c.ATTR_TTL},
                     ExpressionAttributeValues={
                         ":amount": {"N": str(amount)},
                         ":zero": {"N": "0"},
@@ -511,7 +659,7 @@ class MessageStore:
             if not condition_failed(e):
                 raise
         else:
-            return int(response["Attributes"]["n"]["N"])
+            return int(response["Attributes"][counter]["N"])
         # Claimed before (its response was lost, or the batch is a replay).
         item = self._call(
             "read counter claim",
@@ -525,6 +673,24 @@ class MessageStore:
             deadline,
         )
         return int(item["Item"][claim]["N"]) + amount
+
+    def late_counts(self, keys: Sequence[str], deadline: Deadline) -> dict[str, int]:
+        """The late messages counted in each counter item ``keys`` (``rate#<tenant>#<second>``),
+        strongly consistent; 0 for a counter that has none."""
+        unique = sorted(set(keys))
+        items = self._batch_get(
+            "read late counts",
+            [{c.ATTR_PK: {"S": k}, c.ATTR_SK: {"S": "-"}} for k in unique],
+            deadline,
+            projection=(c.ATTR_PK, "#l"),
+            names={"#l": c.ATTR_LATE_COUNT},
+        )
+        found = {
+            i[c.ATTR_PK]["S"]: int(i[c.ATTR_LATE_COUNT]["N"])
+            for i in items
+            if c.ATTR_LATE_COUNT in i
+        }
+        return {k: found.get(k, 0) for k in unique}
 
     def put_item(self, item: Item, deadline: Deadline) -> None:
         """One plain PutItem (stats items)."""
@@ -618,39 +784,132 @@ class MessageStore:
         return [r.delay_id in markers and markers[r.delay_id].applies(r) for r in requests]
 
     def versions_at(
-        self, wanted: Sequence[tuple[str, int]], deadline: Deadline
+        self, wanted: Sequence[tuple[str, int]], deadline: Deadline, *, placed: bool = True
     ) -> dict[tuple[str, int], list[DelayRequest]]:
-        """Every stored version of each ``(id, release time)``: the messages with that id
-        stored in that release second, strongly consistent, one Query per pair in parallel
-        (what a reschedule moves and a lookup shows; a message that was due within the
-        horizon when ingested was never stored). Pairs with none map to an empty list."""
+        """Every stored version of each ``(id, due time)``: the messages with that id due in
+        that second, wherever they wait (their due second, or the release slot a cap gave
+        them, found by its placement), strongly consistent, the Queries in parallel (what a
+        reschedule moves and a lookup shows; a message that was due within the horizon when
+        ingested was never stored). Pairs with none map to an empty list. ``placed=False``:
+        only the due seconds' own buckets (what a reschedule's copy, never placed, needs)."""
         unique = sorted(set(wanted))
-        found = self._pool.map(lambda w: self._versions(w[0], w[1], deadline), unique)
-        return dict(zip(unique, found, strict=True))
+        in_buckets = self._pool.map(lambda w: self._versions(w[0], w[1], deadline), unique)
+        found = dict(zip(unique, in_buckets, strict=True))
+        if not placed:
+            return found
+        placements = self._pool.map(lambda w: self._placed(w[0], w[1], deadline), unique)
+        away = {w: keys for w, keys in zip(unique, placements, strict=True) if keys}
+        wanted_keys = {
+            (k[c.ATTR_PK]["S"], k[c.ATTR_SK]["S"]): k for ks in away.values() for k in ks
+        }
+        fetched = self._batch_get("read placed versions", list(wanted_keys.values()), deadline)
+        by_key = {
+            (i[c.ATTR_PK]["S"], i[c.ATTR_SK]["S"]): request_from_item(i)
+            for i in fetched
+            if i.get("kind", {}).get("S") == c.KIND_MESSAGE
+        }
+        for (delay_id, at_ms), keys in away.items():
+            versions = found[(delay_id, at_ms)]
+            seen = {sort_key(v) for v in versions}
+            for k in keys:
+                v = by_key.get((k[c.ATTR_PK]["S"], k[c.ATTR_SK]["S"]))
+                if v is not None and v.delay_id == delay_id and sort_key(v) not in seen:
+                    seen.add(sort_key(v))
+                    versions.append(v)
+        return found
+
+    def _placed(self, delay_id: str, at_ms: int, deadline: Deadline) -> list[Item]:
+        """The keys of ``delay_id``'s messages due in ``at_ms``'s second that a release cap
+        stored in later seconds (their placements)."""
+        second = buckets.due_second(at_ms)
+        shard = buckets.shard_of(delay_id, self._shards)
+        keys: list[Item] = []
+        for item in self._query_all(
+            "read placements", placement_key(delay_id, at_ms), None, deadline
+        ):
+            for key, offset in json.loads(item.get(c.ATTR_PLACEMENTS, {}).get("S", "[]")):
+                if _is_version_of(key, delay_id):
+                    keys.append(
+                        {
+                            c.ATTR_PK: {"S": buckets.bucket_key(second + offset, shard)},
+                            c.ATTR_SK: {"S": key},
+                        }
+                    )
+        return keys
+
+    def located(self, delay_ids: Sequence[str], deadline: Deadline) -> dict[str, list[Located]]:
+        """Every locator of each id (strongly consistent), with the stored version it points
+        at when that is still in the table (``Located.stored``)."""
+        ids = sorted(set(delay_ids))
+        items = dict(
+            zip(ids, self._pool.map(lambda i: self._located(i, deadline), ids), strict=True)
+        )
+        keys = {
+            (i[c.ATTR_LOCATED_PK]["S"], i[c.ATTR_SK]["S"]): {
+                c.ATTR_PK: i[c.ATTR_LOCATED_PK],
+                c.ATTR_SK: i[c.ATTR_SK],
+            }
+            for found in items.values()
+            for i in found
+            if i[c.ATTR_LOCATED_PK]["S"] != c.LOCATED_IN_QUEUE
+        }
+        fetched = self._batch_get("read located versions", list(keys.values()), deadline)
+        versions = {
+            (i[c.ATTR_PK]["S"], i[c.ATTR_SK]["S"]): request_from_item(i)
+            for i in fetched
+            if i.get("kind", {}).get("S") == c.KIND_MESSAGE
+        }
+        return {
+            delay_id: [
+                _located_of(i, versions.get((i[c.ATTR_LOCATED_PK]["S"], i[c.ATTR_SK]["S"])))
+                for i in found
+            ]
+            for delay_id, found in items.items()
+        }
 
     def _versions(self, delay_id: str, at_ms: int, deadline: Deadline) -> list[DelayRequest]:
+        """The versions of ``delay_id`` due and waiting in ``at_ms``'s second."""
         second = buckets.due_second(at_ms)
+        items = self._query_all(
+            "read versions of an id",
+            buckets.bucket_key(second, buckets.shard_of(delay_id, self._shards)),
+            delay_id,
+            deadline,
+        )
+        versions = [
+            request_from_item(i)
+            for i in items
+            if i.get("kind", {}).get("S") == c.KIND_MESSAGE and id_of_sort_key(i) == delay_id
+        ]
+        return [v for v in versions if buckets.due_second(v.due_ms) == second]
+
+    def _located(self, delay_id: str, deadline: Deadline) -> list[Item]:
+        """The locators of ``delay_id`` (its messages stored away from their due second)."""
+        items = self._query_all(
+            "read locators of an id", f"{c.LOCATOR_PK_PREFIX}{delay_id}", None, deadline
+        )
+        return [i for i in items if i.get("kind", {}).get("S") == c.KIND_LOCATOR]
+
+    def _query_all(
+        self, operation: str, pk: str, prefix: str | None, deadline: Deadline
+    ) -> list[Item]:
+        """Every item of partition ``pk`` (whose sort key begins with ``prefix``), strongly
+        consistent, page after page."""
         kwargs: dict[str, Any] = {
             "TableName": self._table,
-            "KeyConditionExpression": "pk = :pk AND begins_with(sk, :id)",
-            "ExpressionAttributeValues": {
-                ":pk": {"S": buckets.bucket_key(second, buckets.shard_of(delay_id, self._shards))},
-                ":id": {"S": delay_id},
-            },
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": {"S": pk}},
             "ConsistentRead": True,
         }
-        versions: list[DelayRequest] = []
+        if prefix is not None:
+            kwargs["KeyConditionExpression"] += " AND begins_with(sk, :prefix)"
+            kwargs["ExpressionAttributeValues"][":prefix"] = {"S": prefix}
+        items: list[Item] = []
         while True:
-            page = self._call(
-                "read versions of an id", partial(self._client.query, **kwargs), deadline
-            )
-            versions.extend(
-                request_from_item(i)
-                for i in page.get("Items", [])
-                if i.get("kind", {}).get("S") == c.KIND_MESSAGE and id_of_sort_key(i) == delay_id
-            )
+            page = self._call(operation, partial(self._client.query, **kwargs), deadline)
+            items.extend(page.get("Items", []))
             if "LastEvaluatedKey" not in page:
-                return versions
+                return items
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def _batch_get(

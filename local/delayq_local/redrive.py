@@ -18,8 +18,12 @@ Two sources (:class:`RedriveSource`):
 A message is deleted from its source only after its destination accepted it: a refused
 write or a crash leaves it where it was, and at worst it moves twice, carrying the same
 ``delay-id``. Whatever a run read and did not move (failures, a dry run's whole read) is
-made visible again when the run ends. A pacer (``delayq.pacing``, a token bucket) paces the moves
-(messages per second). The command line builds the services with ``runtime.redrive_services``.
+made visible again when the run ends. A pacer (``delayq_local.pacing``, a token bucket) paces
+the moves (messages per second). The command line builds the services with
+:func:`redrive_services`.
+
+Operator tooling (``delayq redrive``): in the CLI package, not in the Lambda layer (no function
+uses it).
 """
 
 from __future__ import annotations
@@ -41,13 +45,14 @@ from delayq.emitter import DELAY_QUEUE_RECORD_KEYS, delay_queue_rejection, scree
 from delayq.envelope import BodyEntry, decode_body
 from delayq.exceptions import ConfigurationError, DelayQueueError, EnvelopeError
 from delayq.ingest import IngestServices, ingest_batch, parse_batch
-from delayq.pacing import Pacer
 from delayq.payloads import parse_ref
-from delayq.queues import SourceMessage, SourceQueue
 from delayq.records import Reason, RejectedRecord, Rejection
 from delayq.retry import AWS_ERRORS, Backoff, Deadline, retry_call
+from delayq.runtime import client, ingest_services
 from delayq.settings import Settings
-from delayq.stream_failures import SEND_CHUNK, requeue_failed_batches
+from delayq_local.pacing import Pacer
+from delayq_local.source_queue import SourceMessage, SourceQueue
+from delayq_local.stream_failures import SEND_CHUNK, requeue_failed_batches
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -60,6 +65,7 @@ __all__ = [
     "RedriveServices",
     "RedriveSource",
     "redrive",
+    "redrive_services",
 ]
 
 #: Retry budget of the writes of one batch.
@@ -126,6 +132,19 @@ class RedriveServices:
     s3: S3Client  # reads oversize rejected records (``record_ref``)
     ingest: IngestServices  # the destinations: delay queue, store, reject queue, payloads
     backoff: Backoff = field(default_factory=Backoff)
+
+
+def redrive_services(settings: Settings) -> RedriveServices:
+    """What a redrive (``delayq redrive``) uses: its source queue, the oversize rejected
+    records, and ingest's destinations (table, queues and bucket must be set), built with the
+    layer's ``runtime``. Its SQS client reads for a long poll's wait longer than the other
+    calls' read timeout."""
+    read_timeout = settings.aws_read_timeout_seconds + MAX_WAIT_SECONDS
+    return RedriveServices(
+        sqs=client("sqs", settings.with_overrides(aws_read_timeout_seconds=read_timeout)),
+        s3=client("s3", settings),
+        ingest=ingest_services(settings),
+    )
 
 
 def redrive(
@@ -233,7 +252,7 @@ def _stream_failures(
     sleep: Sleep,
 ) -> RedriveReport:
     """``cleanup-failures``: the failed stream batches in the payload bucket
-    (``delayq.stream_failures``); ``limit`` counts objects (batches)."""
+    (``delayq_local.stream_failures``); ``limit`` counts objects (batches)."""
     settings.require("payload_bucket", "delay_queue_url")
     _check_options(
         RedriveSource.CLEANUP_FAILURES,
