@@ -1,5 +1,6 @@
 """Weak semantics that belong to one service: DynamoDB's eventually consistent reads, TTL and
-its stream; the target Kafka cluster's outages and lost delivery reports.
+its stream; S3's lifecycle expiry; the target Kafka cluster's outages and lost delivery
+reports.
 
 The in-memory clients of :mod:`testkit.aws` are strongly consistent and never expire
 anything; this module adds what AWS documents on top of them.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final
 
 from botocore.exceptions import ClientError
@@ -18,7 +20,14 @@ from confluent_kafka import KafkaError
 from delayq import constants as c
 from sim.faults import Knobs
 from sim.world import World
-from testkit.aws import FakeDynamoDB, RequestCounter, item_size, read_units, write_units
+from testkit.aws import (
+    FakeDynamoDB,
+    FakeS3,
+    RequestCounter,
+    item_size,
+    read_units,
+    write_units,
+)
 from testkit.kafka import FakeProducer, ProducedRecord
 
 
@@ -66,24 +75,32 @@ class PartitionBudget:
             self._second, self._used = second, {}
 
 
+# DynamoDB keeps three copies of a table (three Availability Zones): the leader and two.
+FOLLOWERS: Final = 2
+
+
 class ReplicatedDynamoDB:
-    """A table with a lagging replica and a throughput budget per partition key. Writes go to
-    the primary and reach the replica up to ``stale_read_ms`` later, in order; reads without
-    ``ConsistentRead`` are answered by the replica (a state up to that old), strongly
-    consistent ones by the primary."""
+    """A table with lagging followers and a throughput budget per partition key. Writes go to
+    the primary (the leader) and reach each follower up to ``stale_read_ms`` later, in order,
+    each follower at its own pace; a read without ``ConsistentRead`` is answered by one of the
+    three copies drawn for that read alone, so two reads in a row may see a newer state and
+    then an older one (not monotonic); strongly consistent reads by the primary."""
 
     def __init__(self, world: World, knobs: Knobs, counter: RequestCounter) -> None:
         self.world = world
         self.knobs = knobs
         self.primary = FakeDynamoDB(counter)
-        self.replica = FakeDynamoDB(RequestCounter())
+        self.followers = [FakeDynamoDB(RequestCounter()) for _ in range(FOLLOWERS)]
         self.budget = PartitionBudget(world, knobs)
-        self._applied_until = 0
+        self._applied_until = [0] * FOLLOWERS
+        # Called with the table and the keys of each write the primary took (TTL watches).
+        self.on_write: Callable[[str, list[tuple[str, str]]], None] = lambda _t, _k: None
 
     def create_table(self, name: str) -> None:
-        """On both copies."""
+        """On every copy."""
         self.primary.create_table(name)
-        self.replica.create_table(name)
+        for follower in self.followers:
+            follower.create_table(name)
 
     def items(self, name: str) -> list[dict[str, Any]]:
         """The primary's items."""
@@ -120,15 +137,24 @@ class ReplicatedDynamoDB:
             self.budget.spend("write", pk, n)
         if answer.get("UnprocessedItems"):
             raise NotImplementedError("the in-memory primary never leaves items unprocessed")
+        for table, keys in _written_keys(name, kwargs).items():
+            self.on_write(table, keys)
         replay = copy.deepcopy(kwargs)
         replay.pop("ConditionExpression", None)  # it held on the primary, in the same order
-        lag = self.world.rng.randint(0, self.knobs.stale_read_ms)
-        self._applied_until = max(self._applied_until, self.world.now_ms + lag)
-        self.world.at(self._applied_until, lambda: self._replay(name, replay))
+        for n, follower in enumerate(self.followers):
+            lag = self.world.rng.randint(0, self.knobs.stale_read_ms)
+            self._applied_until[n] = max(self._applied_until[n], self.world.now_ms + lag)
+            self.world.at(self._applied_until[n], partial(self._replay, follower, name, replay))
         return answer
 
-    def _replay(self, name: str, kwargs: dict[str, Any]) -> None:
-        getattr(self.replica, name)(**kwargs)
+    @staticmethod
+    def _replay(follower: FakeDynamoDB, name: str, kwargs: dict[str, Any]) -> None:
+        getattr(follower, name)(**kwargs)
+
+    def stored(self, name: str, pk: str, sk: str) -> dict[str, Any] | None:
+        """The primary's item at a key (not an API call: nothing counted)."""
+        found = self.primary._get(self.primary._table(name, "GetItem"), pk, sk)
+        return None if found is None else found.item
 
     def _read(self, name: str, kwargs: dict[str, Any]) -> Any:
         if name == "batch_get_item":
@@ -138,9 +164,12 @@ class ReplicatedDynamoDB:
         pk = _read_key(name, kwargs)
         if pk is not None:
             self.budget.admit("read", (pk,), name)
+        copy_ = 0
         if not consistent and self.knobs.stale_read_ms:
+            copy_ = self.world.rng.randrange(FOLLOWERS + 1)  # each read its own copy
+        if copy_:
             self.world.faults["dynamodb-stale-read"] += 1
-            answer = getattr(self.replica, name)(**kwargs)
+            answer = getattr(self.followers[copy_ - 1], name)(**kwargs)
         else:
             answer = getattr(self.primary, name)(**kwargs)
         if pk is not None:
@@ -167,6 +196,20 @@ def _write_units(name: str, kwargs: Mapping[str, Any]) -> dict[str, float]:
     return {kwargs["Key"]["pk"]["S"]: 1}
 
 
+def _written_keys(name: str, kwargs: Mapping[str, Any]) -> dict[str, list[tuple[str, str]]]:
+    """The keys a write touched, by table."""
+    if name == "batch_write_item":
+        out: dict[str, list[tuple[str, str]]] = {}
+        for table, writes in kwargs["RequestItems"].items():
+            for w in writes:
+                put = w.get("PutRequest")
+                key = put["Item"] if put else w["DeleteRequest"]["Key"]
+                out.setdefault(table, []).append((key["pk"]["S"], key["sk"]["S"]))
+        return out
+    key = kwargs["Item"] if name == "put_item" else kwargs["Key"]
+    return {kwargs["TableName"]: [(key["pk"]["S"], key["sk"]["S"])]}
+
+
 def _read_key(name: str, kwargs: Mapping[str, Any]) -> str | None:
     """The partition key a GetItem or a Query on the table reads (None: a batch read, an
     index query; not budgeted here)."""
@@ -179,20 +222,29 @@ def _read_key(name: str, kwargs: Mapping[str, Any]) -> str | None:
     return None
 
 
+# DynamoDB Streams keep a record 24 hours; older records are trimmed, never read.
+STREAM_RETENTION_MS: Final = 24 * 3_600_000
+
+
 @dataclass
 class StreamRecord:
-    """One DynamoDB stream record (the shape the cleanup function reads)."""
+    """One DynamoDB stream record (the shape the cleanup function reads), and when it was
+    written to the stream (it is trimmed ``STREAM_RETENTION_MS`` later)."""
 
     sequence: int
     raw: dict[str, Any]
+    at_ms: int = 0
 
 
 class Ttl:
-    """DynamoDB TTL: an expired item is deleted at a moment drawn once, up to ``ttl_lag_s``
-    after its expiry, and stays readable until then; each deletion is a stream record with
-    the service principal as its identity (delivered at least once)."""
+    """DynamoDB TTL: an expired item is deleted at a moment drawn up to ``ttl_lag_s`` after
+    its expiry (or after the write, for an item written already expired), and stays readable
+    until then; each deletion is a stream record with the service principal as its identity
+    (delivered at least once).
 
-    SWEEP_MS: Final = 60_000
+    Event-driven: each write of an item with a TTL plans one deletion event for that item and
+    that expiry; the event deletes the item only if it still carries that expiry. A long lag
+    thus costs no more events than a short one."""
 
     def __init__(self, world: World, knobs: Knobs, table: ReplicatedDynamoDB, name: str) -> None:
         self.world = world
@@ -200,35 +252,58 @@ class Ttl:
         self.table = table
         self.name = name
         self.stream: list[StreamRecord] = []
-        # Called after each sweep that appended stream records (the stream's event source).
+        # Called after each deletion that appended stream records (the stream's event source).
         self.on_records: Callable[[], None] = lambda: None
         self.deleted = 0
-        self._when: dict[tuple[str, str, str], int] = {}
+        self._planned: set[tuple[str, str, str]] = set()
         self._sequence = 0
 
     def start(self) -> None:
-        """Sweep once a minute from now on."""
-        self.world.at(self.world.now_ms + self.SWEEP_MS, self.sweep)
+        """Watch the table's writes from now on (and plan what it already holds)."""
+        self.table.on_write = self._written
+        for item in self.table.items(self.name):
+            self._plan(item)
+
+    def _written(self, table: str, keys: list[tuple[str, str]]) -> None:
+        if table != self.name:
+            return
+        for pk, sk in keys:
+            item = self.table.stored(self.name, pk, sk)
+            if item is not None:
+                self._plan(item)
+
+    def _plan(self, item: dict[str, Any]) -> None:
+        expires = item.get(c.ATTR_TTL, {}).get("N")
+        if expires is None:
+            return
+        key = (item["pk"]["S"], item["sk"]["S"], expires)
+        if key in self._planned:
+            return
+        self._planned.add(key)
+        lag = self.world.rng.randint(0, self.knobs.ttl_lag_s * 1000)
+        when = max(int(expires) * 1000, self.world.now_ms) + lag
+        self.world.at(when, lambda: self._expire(key))
+
+    def _expire(self, key: tuple[str, str, str]) -> None:
+        """Delete the item if it still carries the expiry this event was planned for."""
+        self._planned.discard(key)
+        pk, sk, expires = key
+        item = self.table.stored(self.name, pk, sk)
+        if item is None or item.get(c.ATTR_TTL, {}).get("N") != expires:
+            return  # deleted, or given another expiry (planned by its own write)
+        self._delete(item)
+        self.on_records()
 
     def sweep(self) -> None:
-        """Delete what is due for deletion; draw the moment of what has just expired."""
+        """Delete at once every expired item (a lag of nothing; for tests)."""
         now = self.world.now_ms
         before = len(self.stream)
         for item in self.table.items(self.name):
             expires = item.get(c.ATTR_TTL, {}).get("N")
-            if expires is None or int(expires) * 1000 > now:
-                continue
-            key = (item["pk"]["S"], item["sk"]["S"], expires)
-            when = self._when.get(key)
-            if when is None:
-                lag = self.world.rng.randint(0, self.knobs.ttl_lag_s * 1000)
-                when = self._when[key] = int(expires) * 1000 + lag
-            if when <= now:
+            if expires is not None and int(expires) * 1000 <= now:
                 self._delete(item)
-                del self._when[key]
         if len(self.stream) > before:
             self.on_records()
-        self.world.at(now + self.SWEEP_MS, self.sweep)
 
     def _delete(self, item: dict[str, Any]) -> None:
         image = copy.deepcopy(item)
@@ -252,8 +327,71 @@ class Ttl:
                             "StreamViewType": "NEW_AND_OLD_IMAGES",
                         },
                     },
+                    self.world.now_ms,
                 )
             )
+
+
+DAY_MS: Final = 86_400_000
+
+
+def lifecycle_expiry_ms(written_ms: int, days: int) -> int:
+    """When a lifecycle rule of ``days`` makes an object written at ``written_ms`` eligible
+    for expiry: ``days`` after its creation, rounded to the next midnight UTC."""
+    return (written_ms + days * DAY_MS) // DAY_MS * DAY_MS + DAY_MS
+
+
+@dataclass(frozen=True)
+class ExpiryRule:
+    """A lifecycle rule's expiration of current objects: a key prefix and days."""
+
+    prefix: str
+    days: int
+
+    @classmethod
+    def of(cls, configuration: Mapping[str, Any] | None) -> list[ExpiryRule]:
+        """The enabled expiration rules of a ``LifecycleConfiguration`` (the template's)."""
+        return [
+            cls(str(rule.get("Prefix", "")), int(rule["ExpirationInDays"]))
+            for rule in (configuration or {}).get("Rules", [])
+            if rule.get("Status") == "Enabled" and "ExpirationInDays" in rule
+        ]
+
+
+class LifecycleS3(FakeS3):
+    """S3 with buckets' lifecycle expiry: an object under a rule's prefix becomes eligible at
+    :func:`lifecycle_expiry_ms` of its last write, and is removed asynchronously, up to
+    ``s3_expiry_lag_s`` later (readable until then; on a versioned bucket the delete marker
+    makes it unreadable the same way). One event per write; an overwrite restarts the count."""
+
+    def __init__(self, world: World, knobs: Knobs, counter: RequestCounter) -> None:
+        super().__init__(counter)
+        self.world = world
+        self.knobs = knobs
+        self.rules: dict[str, list[ExpiryRule]] = {}
+        self.expired: list[tuple[str, str]] = []  # (bucket, key), in removal order
+        self._written: dict[tuple[str, str], int] = {}
+
+    def put_object(self, **kwargs: Any) -> dict[str, Any]:
+        """Store an object; plan its expiry under the first rule whose prefix it has."""
+        answer = super().put_object(**kwargs)
+        bucket, key = kwargs["Bucket"], kwargs["Key"]
+        now = self.world.now_ms
+        self._written[(bucket, key)] = now
+        for rule in self.rules.get(bucket, ()):
+            if key.startswith(rule.prefix):
+                lag = self.world.rng.randint(0, self.knobs.s3_expiry_lag_s * 1000)
+                when = lifecycle_expiry_ms(now, rule.days) + lag
+                self.world.at(when, lambda: self._expire(bucket, key, now))
+                break
+        return answer
+
+    def _expire(self, bucket: str, key: str, written_ms: int) -> None:
+        if self._written.get((bucket, key)) != written_ms:
+            return  # written again since: its own write planned its expiry
+        if self.objects(bucket).pop(key, None) is not None:
+            self.expired.append((bucket, key))
+            self.world.faults["s3-lifecycle-expired"] += 1
 
 
 @dataclass

@@ -86,7 +86,8 @@ GUARD_MS: Final = 2_000
 READ_BOUND_MS: Final = max(TIMEOUT_S["ingest"], TIMEOUT_S["emitter"]) * 1000 + GUARD_MS
 # Dead-letter reasons nothing in the simulated world justifies: the target cluster accepts
 # every record it can reach, outages are shorter than the 24-hour allowance, payloads are
-# never deleted (the bucket's lifecycle rule is longer than any run).
+# deleted only by the bucket's lifecycle rule (sim.aws.LifecycleS3), whose retention outlives
+# every run.
 UNCAUSED_REASONS: Final = frozenset(
     {
         str(Failure.UNAVAILABLE),

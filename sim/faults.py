@@ -50,12 +50,22 @@ class Knobs:
     crash_after_call: float = 0.0007
     partial_batch: float = 0.02  # per batch call: some entries fail, the others are done
     # DynamoDB: eventually consistent reads see writes up to this late; TTL deletes an
-    # expired item at most this late (AWS: typically within days); stream records repeat.
+    # expired item at most this late (AWS: "typically within two days"; now "a few days");
+    # stream records repeat.
     stale_read_ms: int = 10_000
-    ttl_lag_s: int = 3_600
+    ttl_lag_s: int = 48 * 3_600
     stream_duplicate: float = 0.02
-    # SQS: a delivered and deleted message comes again (at-least-once).
+    # Per run: the stream's event source cannot invoke cleanup (throttled, no concurrency
+    # left) for up to this long; it retries until records expire (the stream keeps 24 h).
+    cleanup_outage: float = 0.1
+    cleanup_outage_max_s: int = 36 * 3_600
+    # S3: an object a lifecycle rule expires is removed up to this long after the midnight
+    # UTC it becomes eligible (asynchronously; AWS names no bound).
+    s3_expiry_lag_s: int = 24 * 3_600
+    # SQS: a delivered and deleted message comes again (at-least-once); a received message is
+    # received again, concurrently, before its visibility timeout ends (standard queues).
     sqs_duplicate: float = 0.01
+    sqs_concurrent_receive: float = 0.005
     # EventBridge: a tick late within the period, missed, or delivered twice.
     tick_late_ms: int = 40_000
     tick_missed: float = 0.03
@@ -88,7 +98,14 @@ class Knobs:
     @classmethod
     def calm(cls) -> Knobs:
         """No fault at all (AWS on a good day; the checker's baseline)."""
-        kept = ("latency_ms", "stale_read_ms", "ttl_lag_s", "partition_wcu", "partition_rcu")
+        kept = (
+            "latency_ms",
+            "stale_read_ms",
+            "ttl_lag_s",
+            "s3_expiry_lag_s",
+            "partition_wcu",
+            "partition_rcu",
+        )
         zero: dict[str, Any] = {f.name: 0 for f in fields(cls) if f.name not in kept}
         return replace(cls(), **zero)
 

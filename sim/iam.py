@@ -139,7 +139,8 @@ class Roles:
 
 
 @cache
-def _documents() -> tuple[dict[str, list[Mapping[str, Any]]], dict[str, str]]:
+def _resolved() -> tuple[Template, _Names, Resolver]:
+    """The expanded template, its names, and a resolver of its intrinsics (parsed once)."""
     template = load_template(TEMPLATE).expand(PARAMETERS, REGION)
     names = _Names(template)
     resolver = Resolver(
@@ -156,6 +157,23 @@ def _documents() -> tuple[dict[str, list[Mapping[str, Any]]], dict[str, str]]:
         },
         resources=names,
     )
+    return template, names, resolver
+
+
+def parameter(name: str) -> Any:
+    """A template parameter's value as deployed with its default (``PARAMETERS`` aside)."""
+    return _resolved()[2].parameters[name]
+
+
+def resolved_property(logical_id: str, name: str) -> Any:
+    """A resource's property of the template, its intrinsics resolved (``FindInMap`` too)."""
+    template, _, resolver = _resolved()
+    return resolver.resolve((template.resources[logical_id].get("Properties") or {}).get(name))
+
+
+@cache
+def _documents() -> tuple[dict[str, list[Mapping[str, Any]]], dict[str, str]]:
+    template, names, resolver = _resolved()
     policies: dict[str, list[Mapping[str, Any]]] = {}
     for function, logical_id in FUNCTIONS.items():
         documents = role_documents(

@@ -23,10 +23,10 @@ from delayq.settings import Settings
 from delayq.shaping import Shaper, catch_up_lead_ms
 from delayq.stats import DeliveryStats
 from delayq.store import MessageStore
-from sim.aws import ReplicatedDynamoDB, SimProducer, TargetCluster, Ttl
+from sim.aws import ExpiryRule, LifecycleS3, ReplicatedDynamoDB, SimProducer, TargetCluster, Ttl
 from sim.faults import DriftingClock, Faulty, Knobs, RetryLedger
 from sim.functions import Container, Functions
-from sim.iam import Roles, roles
+from sim.iam import Roles, parameter, resolved_property, roles
 from sim.sources.delay_queue import DelayQueueSource
 from sim.sources.kafka import KafkaSource
 from sim.sources.sqs import QueuePoller
@@ -34,7 +34,6 @@ from sim.sources.stream import StreamSource
 from sim.sources.ticks import Ticks
 from sim.world import World
 from testkit.aws import (
-    FakeS3,
     FakeSqs,
     RequestCounter,
     as_dynamodb_client,
@@ -49,8 +48,9 @@ ALLOWED: Final = ("orders.*", "reminders")
 
 
 def sim_settings(roles: Roles, **overrides: Any) -> Settings:
-    """AWS's periods (15-minute horizon, 1-minute tick), with a TTL grace short enough that
-    a run reaches it (the scheduler outage knob is longer); the resources the template names."""
+    """AWS's periods (15-minute horizon, 1-minute tick), the TTL grace the template deploys
+    (``TtlGraceSeconds``; the scheduler outage knob is longer); the resources the template
+    names."""
     names = roles.names
     values: dict[str, Any] = {
         "table_name": names["MessageTable"],
@@ -62,7 +62,7 @@ def sim_settings(roles: Roles, **overrides: Any) -> Settings:
         "allowed_targets": ALLOWED,
         "kafka_bootstrap": "sim:9092",
         "shards": 4,
-        "ttl_grace_seconds": 1800,
+        "ttl_grace_seconds": int(parameter("TtlGraceSeconds")),
         "ttl_clock_margin_seconds": 60,
         "stats_flush_messages": 1000,
     }
@@ -98,8 +98,12 @@ class Pipeline:
             created = self.sqs.create_queue(QueueName=url.rsplit("/", 1)[-1])["QueueUrl"]
             if created != url:
                 raise ValueError(f"queue {url} would be created as {created}")
-        self.s3 = FakeS3(self.counter)
+        self.s3 = LifecycleS3(world, knobs, self.counter)
         self.s3.create_bucket(Bucket=s.payload_bucket)
+        # The payload bucket's lifecycle rules, as the template deploys them.
+        self.s3.rules[s.payload_bucket] = ExpiryRule.of(
+            resolved_property("PayloadBucket", "LifecycleConfiguration")
+        )
         self.ttl = Ttl(world, knobs, self.dynamodb, s.table_name)
         self.cluster = TargetCluster()
         self.retries = RetryLedger()  # transient errors the invocations have not retried yet

@@ -121,7 +121,16 @@ def _plan_outages(
         pipeline.ingest_behind_ms = world.rng.randint(60_000, 180_000)
     # Stored messages expire at due + grace and TTL may take ttl_lag_s more to delete them:
     # the safety net's re-drives happen by then.
-    return end + grace_ms + knobs.ttl_lag_s * 1000
+    end += grace_ms + knobs.ttl_lag_s * 1000
+    if world.chance(knobs.cleanup_outage, "cleanup-outage"):
+        since = start + world.rng.randint(0, end - start)
+        until = since + world.rng.randint(
+            3_600_000, max(3_600_000, knobs.cleanup_outage_max_s * 1000)
+        )
+        pipeline.stream.down = (since, until)
+        world.note(f"cleanup cannot be invoked until {until}")
+        end = max(end, until + SETTLE_MS)
+    return end
 
 
 def _fingerprint(pipeline: Pipeline) -> str:

@@ -1,12 +1,17 @@
 """SQS standard delay queue -> emitter: batches of up to 100 after a batching window, several
 invocations at once, partial batch responses; a crashed batch comes back after the
 visibility timeout; a message received more than ``maxReceiveCount`` times moves to the
-dead-letter queue; a deleted message may come again (at-least-once)."""
+dead-letter queue; a deleted message may come again (at-least-once); a received message may
+be received again while the first receive's visibility timeout runs (by another poller, into
+a concurrent invocation): the later receive's handle is the one that deletes it, a delete with
+the earlier one succeeds and deletes nothing."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
+
+from botocore.exceptions import ClientError
 
 from delayq.emitter import EmitterServices, emit_batch, messages_from_event
 from sim.functions import Container
@@ -62,6 +67,12 @@ class DelayQueueSource(QueuePoller):
         if not got:
             self.wake()
             return
+        for m in got:
+            if self.world.chance(self.knobs.sqs_concurrent_receive, "sqs-concurrent-receive"):
+                # Not hidden from the other pollers after all: the next poll receives it too.
+                self.sqs.change_message_visibility(
+                    QueueUrl=url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0
+                )
         self.running += 1
         self.received += len(got)
         records = [
@@ -104,7 +115,8 @@ class DelayQueueSource(QueuePoller):
                 for m in got:
                     if m["MessageId"] in failed:
                         continue
-                    self.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+                    if not self._delete(m["ReceiptHandle"]):
+                        continue  # received again since: that receive deletes it
                     if self.world.chance(self.knobs.sqs_duplicate, "sqs-duplicate"):
                         # The delete did not reach every copy: it comes back.
                         self.sqs.send_message(
@@ -114,3 +126,15 @@ class DelayQueueSource(QueuePoller):
 
         self.functions.invoke("emitter", body, done)
         self.world.at(self.world.now_ms, self.poll)
+
+    def _delete(self, handle: str) -> bool:
+        """Delete a received message; False when a later receive took it (SQS answers the
+        delete with an earlier handle as done, and the message stays)."""
+        try:
+            self.sqs.delete_message(QueueUrl=self.url, ReceiptHandle=handle)
+        except ClientError as e:
+            if e.response["Error"]["Code"] != "ReceiptHandleIsInvalid":
+                raise
+            self.world.faults["sqs-stale-handle"] += 1
+            return False
+        return True

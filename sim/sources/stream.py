@@ -10,6 +10,11 @@ key's later record thus waits while an earlier one is in flight or failed and re
 other keys' records go on. Lanes go by the item's whole key (partition and sort key): every
 record of one item keeps its order, and where AWS orders by the partition key alone it lets
 fewer records overtake each other than this model does, never more.
+
+The stream keeps a record 24 hours. While the source cannot invoke the function (``down``:
+Lambda throttles it, no concurrency left) it waits and retries, as AWS retries a throttled
+invocation until its records expire; records older than the retention are trimmed before
+they are read (``trimmed``), and the source goes on from the oldest record left.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from functools import partial
 from typing import Any, Final
 
 from delayq.cleanup import CleanupServices, TtlCleanup
-from sim.aws import StreamRecord, Ttl
+from sim.aws import STREAM_RETENTION_MS, StreamRecord, Ttl
 from sim.functions import Container, Functions
 from sim.world import Invocation, World
 
@@ -57,14 +62,17 @@ class _Lane:
 
 
 class StreamSource:
-    """The event source's lanes over the TTL stream, and ``failures``: the records it gave up
-    on (its on-failure destination)."""
+    """The event source's lanes over the TTL stream; ``failures``: the records it gave up
+    on (its on-failure destination); ``trimmed``: those the stream dropped before they were
+    read; ``down``: when it cannot invoke the function, ``(from, until)``."""
 
     def __init__(self, world: World, ttl: Ttl, functions: Functions) -> None:
         self.world = world
         self.ttl = ttl
         self.functions = functions
         self.failures: list[dict[str, Any]] = []
+        self.trimmed: list[dict[str, Any]] = []
+        self.down: tuple[int, int] = (0, 0)
         self._lanes = [_Lane(n) for n in range(STREAM_PARALLELIZATION)]
         self._routed = 0  # the stream's records given to a lane so far
 
@@ -98,6 +106,16 @@ class StreamSource:
     def _poll(self, lane: _Lane) -> None:
         lane.polling = False
         if lane.busy or lane.position >= len(lane.records):
+            return
+        now = self.world.now_ms
+        since, until = self.down
+        if since <= now < until:  # throttled: retried (not counted) until it can invoke
+            self.world.faults["cleanup-throttled"] += 1
+            lane.polling = True
+            self.world.at(until, partial(self._poll, lane))
+            return
+        self._trim(lane)
+        if lane.position >= len(lane.records):
             return
         start = lane.position
         batch = lane.records[start : start + lane.batch]
@@ -141,3 +159,17 @@ class StreamSource:
             self._wake(lane, STREAM_RETRY_MS)
 
         self.functions.invoke("cleanup", body, done)
+
+    def _trim(self, lane: _Lane) -> None:
+        """Skip the lane's unread records the stream no longer keeps."""
+        oldest = self.world.now_ms - STREAM_RETENTION_MS
+        first = lane.position
+        while lane.position < len(lane.records) and lane.records[lane.position].at_ms < oldest:
+            lane.position += 1
+        if lane.position > first:
+            gone = lane.records[first : lane.position]
+            self.trimmed.extend(r.raw for r in gone)
+            self.world.faults["stream-trimmed"] += len(gone)
+            self.world.note(f"stream trimmed {len(gone)} unread records of lane {lane.number}")
+            lane.attempts = 0
+            lane.batch = STREAM_BATCH

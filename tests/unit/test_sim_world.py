@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -12,9 +13,22 @@ from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeou
 from confluent_kafka import KafkaError
 
 from delayq import constants as c
-from sim.aws import ReplicatedDynamoDB, SimProducer, TargetCluster, Ttl
+from sim.aws import (
+    DAY_MS,
+    FOLLOWERS,
+    ExpiryRule,
+    LifecycleS3,
+    ReplicatedDynamoDB,
+    SimProducer,
+    TargetCluster,
+    Ttl,
+    lifecycle_expiry_ms,
+)
 from sim.faults import DriftingClock, Faulty, Knobs, RetryLedger
-from sim.iam import roles
+from sim.functions import Functions
+from sim.iam import parameter, roles
+from sim.pipeline import Pipeline, sim_settings
+from sim.sources.stream import StreamSource
 from sim.workload import Shape, generate
 from sim.world import Crash, Invocation, World
 from testkit.aws import FakeSqs, RequestCounter
@@ -299,9 +313,28 @@ def test_eventually_consistent_reads_see_writes_late_and_in_order() -> None:
     table.put_item(TableName=TABLE, Item=item("p", "s", n={"N": "1"}))
     table.put_item(TableName=TABLE, Item=item("p", "s", n={"N": "2"}))
     assert table.get_item(TableName=TABLE, Key=key, ConsistentRead=True)["Item"]["n"] == {"N": "2"}
-    assert "Item" not in table.get_item(TableName=TABLE, Key=key)  # the replica lags
+    seen = {
+        table.get_item(TableName=TABLE, Key=key).get("Item", {}).get("n", {}).get("N")
+        for _ in range(50)
+    }
+    assert None in seen  # a follower has not applied the writes yet
     w.run_until(NOW_MS + 5_000)
-    assert table.get_item(TableName=TABLE, Key=key)["Item"]["n"] == {"N": "2"}
+    for _ in range(20):
+        assert table.get_item(TableName=TABLE, Key=key)["Item"]["n"] == {"N": "2"}
+
+
+def test_eventually_consistent_reads_may_see_a_newer_state_then_an_older_one() -> None:
+    # AWS: "the responses may not reflect the results of a recently completed write operation" (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/HowItWorks.ReadConsistency.html)
+    w = world(4)
+    table = ReplicatedDynamoDB(w, replace(CALM, stale_read_ms=5_000), RequestCounter())
+    table.create_table(TABLE)
+    key = {"pk": {"S": "p"}, "sk": {"S": "s"}}
+    table.put_item(TableName=TABLE, Item=item("p", "s", n={"N": "1"}))
+    w.run_until(NOW_MS + 5_000)
+    table.put_item(TableName=TABLE, Item=item("p", "s", n={"N": "2"}))
+    seen = [table.get_item(TableName=TABLE, Key=key)["Item"]["n"]["N"] for _ in range(100)]
+    # Each read draws its copy: the leader's new state, then a follower's old one.
+    assert ("2", "1") in set(itertools.pairwise(seen))
 
 
 def test_a_partition_key_past_its_write_units_in_a_second_is_throttled() -> None:
@@ -339,26 +372,65 @@ def test_a_partition_key_past_its_read_units_in_a_second_is_throttled() -> None:
     assert len(table.query(**query)["Items"]) == 1
 
 
-def test_ttl_deletes_within_the_lag_and_expired_items_stay_readable_until_then() -> None:
-    w = world()
-    knobs = replace(CALM, ttl_lag_s=3_600)
+def ttl_table(w: World, knobs: Knobs) -> tuple[ReplicatedDynamoDB, Ttl]:
     table = ReplicatedDynamoDB(w, knobs, RequestCounter())
     table.create_table(TABLE)
-    expires_s = NOW_MS // 1000 + 60
-    table.put_item(
-        TableName=TABLE,
-        Item=item("p", "s", kind={"S": c.KIND_MESSAGE}, **{c.ATTR_TTL: {"N": str(expires_s)}}),
-    )
     ttl = Ttl(w, knobs, table, TABLE)
+    return table, ttl
+
+
+def expiring(sk: str, expires_s: int) -> dict[str, Any]:
+    return item("p", sk, kind={"S": c.KIND_MESSAGE}, **{c.ATTR_TTL: {"N": str(expires_s)}})
+
+
+def test_ttl_deletes_within_two_days_and_expired_items_stay_readable_until_then() -> None:
+    # AWS: "DynamoDB typically deletes expired items within two days of expiration" (https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_UpdateTimeToLive.html)
+    assert Knobs().ttl_lag_s == 48 * 3600
+    w = world()
+    table, ttl = ttl_table(w, CALM)
+    expires_s = NOW_MS // 1000 + 60
+    for n in range(50):
+        table.put_item(TableName=TABLE, Item=expiring(f"s{n}", expires_s))
     ttl.start()
     w.run_until(expires_s * 1000 + 1)
-    assert table.items(TABLE)  # expired, not deleted yet
-    w.run_until(expires_s * 1000 + 3_600_000 + 2 * Ttl.SWEEP_MS)
+    assert len(table.items(TABLE)) == 50  # expired, not deleted yet
+    w.run_until(expires_s * 1000 + 24 * 3_600_000)
+    assert 0 < len(table.items(TABLE)) < 50  # lags spread over the two days
+    w.run_until(expires_s * 1000 + 48 * 3_600_000)
     assert table.items(TABLE) == []
-    (record,) = ttl.stream
+    assert len(ttl.stream) == 50
+    record = ttl.stream[0]
     assert record.raw["eventName"] == "REMOVE"
     assert record.raw["userIdentity"] == {"type": "Service", "principalId": c.TTL_PRINCIPAL}
-    assert record.raw["dynamodb"]["OldImage"]["sk"] == {"S": "s"}
+    assert record.raw["dynamodb"]["OldImage"]["kind"] == {"S": c.KIND_MESSAGE}
+
+
+def test_a_long_ttl_lag_costs_one_event_per_expiry_not_a_sweep_a_minute() -> None:
+    w = world()
+    table, ttl = ttl_table(w, CALM)
+    ttl.start()
+    table.put_item(TableName=TABLE, Item=expiring("s", NOW_MS // 1000 + 60))
+    # The world's queue: the write reaching each follower, and the one planned deletion.
+    assert len(w._heap) == FOLLOWERS + 1
+    w.run_until(NOW_MS + 72 * 3_600_000)
+    assert table.items(TABLE) == []
+
+
+def test_an_item_given_a_later_expiry_is_deleted_only_after_it() -> None:
+    w = world(2)
+    table, ttl = ttl_table(w, replace(CALM, ttl_lag_s=0))
+    ttl.start()
+    table.put_item(TableName=TABLE, Item=expiring("s", NOW_MS // 1000 + 60))
+    table.put_item(TableName=TABLE, Item=expiring("s", NOW_MS // 1000 + 7200))
+    w.run_until(NOW_MS + 3_600_000)
+    assert table.items(TABLE)  # its first expiry is no longer its own
+    w.run_until(NOW_MS + 7_200_000)
+    assert table.items(TABLE) == []
+    assert len(ttl.stream) == 1
+
+
+def test_the_simulation_uses_the_ttl_grace_the_template_deploys() -> None:
+    assert sim_settings(roles()).ttl_grace_seconds == int(parameter("TtlGraceSeconds")) == 86_400
 
 
 def test_stream_records_may_come_twice() -> None:
@@ -370,6 +442,94 @@ def test_stream_records_may_come_twice() -> None:
     ttl = Ttl(w, knobs, table, TABLE)
     ttl.sweep()
     assert [r.raw["dynamodb"]["Keys"]["sk"] for r in ttl.stream] == [{"S": "s"}] * 2
+
+
+def test_stream_records_older_than_24_hours_are_trimmed_unread_while_cleanup_cannot_run() -> None:
+    # AWS: "stores this information in a log for up to 24 hours" (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Streams.html)
+    w = world()
+    table, ttl = ttl_table(w, replace(CALM, ttl_lag_s=0))
+    functions = Functions(w, CALM, RetryLedger(), lambda _f: object())  # type: ignore[arg-type,return-value]
+    source = StreamSource(w, ttl, functions)
+    source.start()
+    source.down = (NOW_MS, NOW_MS + 25 * 3_600_000)  # throttled: retried, never invoked
+    table.put_item(TableName=TABLE, Item=expiring("old", NOW_MS // 1000))
+    ttl.sweep()
+    w.run_until(NOW_MS + 2 * 3_600_000)
+    table.put_item(TableName=TABLE, Item=expiring("young", NOW_MS // 1000 + 2 * 3600))
+    ttl.sweep()
+    w.run_until(NOW_MS + 24 * 3_600_000)
+    assert functions.invocations["cleanup"] == 0
+    w.run_until(NOW_MS + 26 * 3_600_000)
+    assert [r["dynamodb"]["Keys"]["sk"]["S"] for r in source.trimmed] == ["old"]
+    assert w.faults["stream-trimmed"] == 1
+    assert functions.invocations["cleanup"] >= 1  # the younger record is read
+
+
+# --- S3: the payload bucket's lifecycle rules ---------------------------------------------
+
+
+def test_lifecycle_expiry_counts_days_from_the_write_rounded_to_the_next_midnight_utc() -> None:
+    # AWS: "Amazon S3 rounds the transition or expiration date of an object to midnight UTC the next day" (https://repost.aws/knowledge-center/s3-lifecycle-rule-delay)  # noqa: E501
+    written = 1_577_874_600_000  # 2020-01-01 10:30 UTC
+    assert lifecycle_expiry_ms(written, 3) == 1_578_182_400_000  # 2020-01-05 00:00 UTC
+
+
+def test_the_payload_bucket_expires_payloads_after_the_templates_retention() -> None:
+    # AWS: "Amazon S3 queues the object for removal and removes it asynchronously" (https://docs.aws.amazon.com/AmazonS3/latest/userguide/lifecycle-expire-general-considerations.html)
+    w = world()
+    pipeline = Pipeline(w, CALM)
+    bucket = pipeline.settings.payload_bucket
+    rules = {r.prefix: r.days for r in pipeline.s3.rules[bucket]}
+    days = rules["payloads/"]
+    assert days == 38  # PayloadRetention for the default MaxDelaySeconds (7 days)
+    s3 = pipeline.s3
+    s3.put_object(Bucket=bucket, Key="payloads/a/v", Body=b"x")
+    s3.put_object(Bucket=bucket, Key="other/b", Body=b"x")  # under no rule
+    eligible = lifecycle_expiry_ms(w.now_ms, days)
+    w.run_until(eligible - 1)
+    assert "payloads/a/v" in s3.objects(bucket)
+    w.run_until(eligible + CALM.s3_expiry_lag_s * 1000)
+    assert sorted(s3.objects(bucket)) == ["other/b"]
+    assert s3.expired == [(bucket, "payloads/a/v")]
+
+
+def test_an_overwritten_object_expires_after_its_last_write() -> None:
+    w = world(2)
+    s3 = LifecycleS3(w, replace(CALM, s3_expiry_lag_s=0), RequestCounter())
+    s3.create_bucket(Bucket="b")
+    s3.rules["b"] = [ExpiryRule("payloads/", 1)]
+    s3.put_object(Bucket="b", Key="payloads/k", Body=b"1")
+    w.run_until(w.now_ms + DAY_MS)
+    s3.put_object(Bucket="b", Key="payloads/k", Body=b"2")
+    w.run_until(lifecycle_expiry_ms(NOW_MS, 1))
+    assert s3.objects("b") == {"payloads/k": b"2"}
+    w.run_until(lifecycle_expiry_ms(NOW_MS + DAY_MS, 1))
+    assert s3.objects("b") == {}
+
+
+# --- SQS: a standard queue's message received twice at once --------------------------------
+
+
+def test_a_standard_queue_message_may_be_received_again_while_the_first_receive_holds_it() -> None:
+    # AWS: "When using standard queues, visibility timeout isn't a guarantee against receiving a message twice" (https://docs.aws.amazon.com/sdk-for-java/v1/developer-guide/examples-sqs-visibility-timeout.html)  # noqa: E501
+    w = world()
+    pipeline = Pipeline(w, replace(CALM, sqs_concurrent_receive=1.0))
+    source = pipeline.delay_queues[0]
+    settled: list[Callable[[bool], None]] = []
+    pipeline.functions.invoke = lambda _f, _body, done: settled.append(done)  # type: ignore[method-assign,assignment]
+    pipeline.sqs.send_message(QueueUrl=source.url, MessageBody="m")
+    source.poll()
+    w.run_until(w.now_ms + 1)  # the next polls, while the first invocation still runs
+    # Every receive left it visible (the knob at 1): each concurrent invocation has it.
+    assert len(settled) == source.concurrency
+    (message,) = pipeline.sqs.messages(source.url)
+    assert message.receive_count == source.concurrency
+    for done in settled[:-1]:  # an earlier receive's delete is answered and deletes nothing
+        done(True)
+        assert len(pipeline.sqs.messages(source.url)) == 1
+    settled[-1](True)
+    assert pipeline.sqs.messages(source.url) == []
+    assert w.faults["sqs-stale-handle"] == source.concurrency - 1
 
 
 # --- the target cluster ------------------------------------------------------------------
