@@ -45,6 +45,8 @@ from delayq_local.stream_failures import FAILED_BATCH_PREFIX
 
 # How often a running redrive reports its progress.
 PROGRESS_SECONDS: Final = 2.0
+# The stack an AWS-side command reads when neither --stack-name nor `delayq local` names one.
+ENVIRONMENT_STACK: Final = "the environment"
 # How long `delayq get` may take for its reads.
 GET_SECONDS: Final = 30.0
 # The template's outputs a redrive reads (the ingest function's environment has the rest).
@@ -105,7 +107,7 @@ def _parser(clock: Clock, sleep: Sleep) -> argparse.ArgumentParser:
 
     _workload_commands(commands)
 
-    kafka_commands.register(commands, look_up=_look_up)
+    kafka_commands.register(commands, look_up=_look_up, index_kept=_index_kept)
     deploy_init.register(commands)
 
     again = commands.add_parser(
@@ -609,6 +611,17 @@ def _get(args: argparse.Namespace) -> int:
     return 0 if found.found else 1
 
 
+def _index_kept(args: argparse.Namespace) -> bool | None:
+    """Whether the stack's ingest keeps the id index: its ``DELAYQ_ID_INDEX``; a deployed or
+    local stack's variables are complete (unset: the default, off), the environment's may not
+    be (None: cannot say)."""
+    stack = _stack_of(args)
+    raw = stack.environ.get(c.ENV_ID_INDEX, "").strip()
+    if raw:
+        return raw == "1"
+    return None if stack.name == ENVIRONMENT_STACK else False
+
+
 def _look_up(args: argparse.Namespace, delay_id: str) -> Whereabouts | None:
     """What the stack's table says of `delay_id` (None: no stack table is known)."""
     stack = _stack_of(args)
@@ -685,7 +698,7 @@ def _stack_of(args: argparse.Namespace) -> _Stack:
         return _deployed_stack(args.stack_name, args.region)
     state = read_state()
     if not state:
-        return _Stack("the environment", os.environ, region=args.region)
+        return _Stack(ENVIRONMENT_STACK, os.environ, region=args.region)
     if "environment" not in state:
         raise LocalStackError(f"{state_file()} has no environment: restart `delayq local`")
     endpoint = AwsEndpoint(

@@ -40,11 +40,16 @@ DEFAULT_TOPIC: Final = "delay-requests"
 
 # What the stack's table says of an id before a cancel (None: no table to read), or why not.
 LookUp = Callable[[argparse.Namespace, str], Whereabouts | None]
+# Whether the stack's ingest keeps the id index (None: the variables cannot say).
+IndexKept = Callable[[argparse.Namespace], bool | None]
 
 
-def register(commands: Any, look_up: LookUp | None = None) -> None:
+def register(
+    commands: Any, look_up: LookUp | None = None, index_kept: IndexKept | None = None
+) -> None:
     """Add `send`, `cancel`, `reschedule` and `tail` to the `delayq` parser; `look_up` reads
-    what was waiting before a cancel (the CLI's stack choice)."""
+    what was waiting before a cancel, `index_kept` whether a reschedule without `--due` can
+    be found (both on the CLI's stack choice)."""
     send = commands.add_parser(
         "send",
         help="produce one delay request",
@@ -90,7 +95,7 @@ def register(commands: Any, look_up: LookUp | None = None) -> None:
     )
     cancel.set_defaults(command=functools.partial(_cancel, look_up=look_up))
 
-    _add_reschedule(commands)
+    _add_reschedule(commands, index_kept)
     _add_tail(commands)
 
 
@@ -123,7 +128,7 @@ def _client_options(parser: argparse.ArgumentParser, *, writes: bool = True) -> 
         parser.add_argument("--topic", help=f"the delay topic (default: {DEFAULT_TOPIC})")
 
 
-def _add_reschedule(commands: Any) -> None:
+def _add_reschedule(commands: Any, index_kept: IndexKept | None) -> None:
     """`delayq reschedule ID (--at T | --delay S) [--due OLD]`."""
     move = commands.add_parser(
         "reschedule",
@@ -143,9 +148,13 @@ def _add_reschedule(commands: Any) -> None:
         "--due",
         type=epoch_ms,
         help="the message's current due time (epoch ms or ISO 8601); without it, ingest finds "
-        "the message by its id (the stack's id index)",
+        "the message by its id (the stack's id index): refused, unwritten, on a stack known "
+        "to keep no index",
     )
-    move.set_defaults(command=_reschedule)
+    move.add_argument(
+        "--stack-name", help="a deployed stack whose settings to check (default: `delayq local`)"
+    )
+    move.set_defaults(command=functools.partial(_reschedule, index_kept=index_kept))
 
 
 def _add_tail(commands: Any) -> None:
@@ -300,8 +309,15 @@ def _cancel(args: argparse.Namespace, *, look_up: LookUp | None = None) -> int:
     return 0
 
 
-def _reschedule(args: argparse.Namespace) -> int:
+def _reschedule(args: argparse.Namespace, *, index_kept: IndexKept | None = None) -> int:
     due = Due(seconds=args.delay, at_ms=args.at)
+    kept = index_kept(args) if index_kept is not None and args.due is None else None
+    if kept is False:
+        raise LocalStackError(
+            f"the stack keeps no id index ({c.ENV_ID_INDEX}=0, the template's IdIndex): "
+            "ingest could not find the message by id alone; pass --due (its current due "
+            "time, as `delayq send` printed it); nothing written"
+        )
     producer, _ = _producer(args)
     with producer:
         producer.reschedule(args.delay_id, args.due, due)
@@ -318,7 +334,12 @@ def _reschedule(args: argparse.Namespace) -> int:
             "delay_seconds": args.delay,
         },
         f"reschedule for {args.delay_id} written to {_where(ack)}: the message "
-        + (f"due at {iso_ms(args.due)}" if args.due is not None else "ingest finds by its id")
+        + (
+            f"due at {iso_ms(args.due)}"
+            if args.due is not None
+            else "ingest finds by its id"
+            + ("" if kept else " (if the stack keeps the id index, else missing-due)")
+        )
         + " moves to "
         + (iso_ms(args.at) if args.at is not None else f"{args.delay:g}s from now")
         + " if ingest records it at least the emitter's hold + 2 s before that; otherwise "
