@@ -9,7 +9,7 @@
 # shards up, exactly, into results/sim-campaign.json (refused if their shapes or knobs differ
 # or their seeds overlap). MESSAGES sets each seed's requests (the campaigns use 1000). The
 # shards are committed, so any clone can merge them and check the README's figures.
-.PHONY: sim sim-chunk sim-merge
+.PHONY: sim sim-chunk sim-merge mutants
 SEEDS ?= 0-15
 LIMITED_SEEDS ?= $(SEEDS)
 HOURS ?=
@@ -31,5 +31,8 @@ sim-chunk: $(STAMP) ## one chunk of a long campaign: SEEDS=12600-13599 (MESSAGES
 
 sim-merge: $(STAMP) ## merge the chunks in results/sim-campaign/ -> results/sim-campaign.json
 	PYTHONPATH=. $(PY) -m sim merge $(SIM_CAMPAIGN)/*.json --out $(SIM_CAMPAIGN).json
+
+mutants: $(STAMP) ## mutation check: each fixed defect re-planted, seeds until one catches it -> results/mutants.json
+	PYTHONPATH=. $(PY) -m sim mutants --seeds $(SEEDS) --jobs $(SIM_WORKERS) --out results/mutants.json
 
 TEST_CHECKS += sim

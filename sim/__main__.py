@@ -6,6 +6,9 @@ command that reproduces it, and the history of the messages that broke).
 ``python -m sim merge SHARD... --out FILE``: add up the results files of a campaign's chunks
 (each run's file is a shard, :mod:`sim.campaign`); exit status 2 when they cannot be merged
 exactly (other shapes or knobs, overlapping seeds).
+
+``python -m sim mutants``: re-introduce fixed defects one at a time and check that seeds catch
+each (:mod:`sim.mutants`).
 """
 
 from __future__ import annotations
@@ -41,6 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     given = sys.argv[1:] if argv is None else argv
     if given[:1] == ["merge"]:
         return merge_main(given[1:])
+    if given[:1] == ["mutants"]:
+        from sim.mutants import main as mutants_main  # noqa: PLC0415
+
+        return mutants_main(given[1:])
     parser = argparse.ArgumentParser(prog="python -m sim", description=__doc__)
     parser.add_argument("--seeds", default="0-19", help="seeds to run: 7, 0-99 or 1,5,9-12")
     parser.add_argument(

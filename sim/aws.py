@@ -238,9 +238,9 @@ class StreamRecord:
 
 class Ttl:
     """DynamoDB TTL: an expired item is deleted at a moment drawn up to ``ttl_lag_s`` after
-    its expiry (or after the write, for an item written already expired), and stays readable
-    until then; each deletion is a stream record with the service principal as its identity
-    (delivered at least once).
+    its expiry, or after the write for an item written already expired (``ttl_prompt`` of
+    them within ``ttl_prompt_lag_s``), and stays readable until then; each deletion is a
+    stream record with the service principal as its identity (delivered at least once).
 
     Event-driven: each write of an item with a TTL plans one deletion event for that item and
     that expiry; the event deletes the item only if it still carries that expiry. A long lag
@@ -255,6 +255,8 @@ class Ttl:
         # Called after each deletion that appended stream records (the stream's event source).
         self.on_records: Callable[[], None] = lambda: None
         self.deleted = 0
+        # Every item TTL deleted, as it was (one per deletion, however often it was streamed).
+        self.deleted_items: list[dict[str, Any]] = []
         self._planned: set[tuple[str, str, str]] = set()
         self._sequence = 0
 
@@ -280,7 +282,9 @@ class Ttl:
         if key in self._planned:
             return
         self._planned.add(key)
-        lag = self.world.rng.randint(0, self.knobs.ttl_lag_s * 1000)
+        prompt = self.world.rng.random() < self.knobs.ttl_prompt
+        bound_s = self.knobs.ttl_prompt_lag_s if prompt else self.knobs.ttl_lag_s
+        lag = self.world.rng.randint(0, bound_s * 1000)
         when = max(int(expires) * 1000, self.world.now_ms) + lag
         self.world.at(when, lambda: self._expire(key))
 
@@ -309,6 +313,7 @@ class Ttl:
         image = copy.deepcopy(item)
         self.table.delete_item(TableName=self.name, Key={"pk": image["pk"], "sk": image["sk"]})
         self.deleted += 1
+        self.deleted_items.append(image)
         copies = 2 if self.world.chance(self.knobs.stream_duplicate, "stream-duplicate") else 1
         for _ in range(copies):
             self._sequence += 1

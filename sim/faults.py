@@ -54,6 +54,10 @@ class Knobs:
     # stream records repeat.
     stale_read_ms: int = 10_000
     ttl_lag_s: int = 48 * 3_600
+    # Most deletions come much sooner than the bound: this share within ttl_prompt_lag_s (so
+    # that both a prompt TTL and a slow one meet every expiry path).
+    ttl_prompt: float = 0.5
+    ttl_prompt_lag_s: int = 3_600
     stream_duplicate: float = 0.02
     # Per run: the stream's event source cannot invoke cleanup (throttled, no concurrency
     # left) for up to this long; it retries until records expire (the stream keeps 24 h).
@@ -102,6 +106,8 @@ class Knobs:
             "latency_ms",
             "stale_read_ms",
             "ttl_lag_s",
+            "ttl_prompt",
+            "ttl_prompt_lag_s",
             "s3_expiry_lag_s",
             "partition_wcu",
             "partition_rcu",

@@ -394,8 +394,10 @@ def test_ttl_deletes_within_two_days_and_expired_items_stay_readable_until_then(
     ttl.start()
     w.run_until(expires_s * 1000 + 1)
     assert len(table.items(TABLE)) == 50  # expired, not deleted yet
+    w.run_until(expires_s * 1000 + 3_600_000)
+    assert 10 < len(table.items(TABLE)) < 40  # about half deleted within the hour
     w.run_until(expires_s * 1000 + 24 * 3_600_000)
-    assert 0 < len(table.items(TABLE)) < 50  # lags spread over the two days
+    assert 0 < len(table.items(TABLE)) < 25  # the others spread over the two days
     w.run_until(expires_s * 1000 + 48 * 3_600_000)
     assert table.items(TABLE) == []
     assert len(ttl.stream) == 50
@@ -418,7 +420,7 @@ def test_a_long_ttl_lag_costs_one_event_per_expiry_not_a_sweep_a_minute() -> Non
 
 def test_an_item_given_a_later_expiry_is_deleted_only_after_it() -> None:
     w = world(2)
-    table, ttl = ttl_table(w, replace(CALM, ttl_lag_s=0))
+    table, ttl = ttl_table(w, replace(CALM, ttl_lag_s=0, ttl_prompt_lag_s=0))
     ttl.start()
     table.put_item(TableName=TABLE, Item=expiring("s", NOW_MS // 1000 + 60))
     table.put_item(TableName=TABLE, Item=expiring("s", NOW_MS // 1000 + 7200))
@@ -435,7 +437,7 @@ def test_the_simulation_uses_the_ttl_grace_the_template_deploys() -> None:
 
 def test_stream_records_may_come_twice() -> None:
     w = world()
-    knobs = replace(CALM, ttl_lag_s=0, stream_duplicate=1.0)
+    knobs = replace(CALM, ttl_lag_s=0, ttl_prompt_lag_s=0, stream_duplicate=1.0)
     table = ReplicatedDynamoDB(w, knobs, RequestCounter())
     table.create_table(TABLE)
     table.put_item(TableName=TABLE, Item=item("p", "s", **{c.ATTR_TTL: {"N": "1"}}))
@@ -447,7 +449,7 @@ def test_stream_records_may_come_twice() -> None:
 def test_stream_records_older_than_24_hours_are_trimmed_unread_while_cleanup_cannot_run() -> None:
     # AWS: "stores this information in a log for up to 24 hours" (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Streams.html)
     w = world()
-    table, ttl = ttl_table(w, replace(CALM, ttl_lag_s=0))
+    table, ttl = ttl_table(w, replace(CALM, ttl_lag_s=0, ttl_prompt_lag_s=0))
     functions = Functions(w, CALM, RetryLedger(), lambda _f: object())  # type: ignore[arg-type,return-value]
     source = StreamSource(w, ttl, functions)
     source.start()
