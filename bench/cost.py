@@ -18,7 +18,7 @@ from typing import Any, Final
 from bench.reference_mix import DAY_SECONDS, REFERENCE_MIX, VALUE_BYTES, Workload, delay_request
 from bench.template import FunctionConfig, deployed
 from delayq import buckets
-from delayq.store import locator_item, message_item
+from delayq.store import locator_item, message_item, placement_items
 from sim import scale
 from sim.scale import DDB_MISSING_KEY_RRU, vcpu_share
 from testkit.aws import item_size, write_units
@@ -216,6 +216,35 @@ def id_index_usd_per_message(workload: Workload, a: Assumptions, ttl_grace_s: in
     )
     gb = (locator_item_bytes() + a.dynamodb_item_overhead_bytes) / 1e9
     return wru * price("dynamodb_wru") + days * gb * price("dynamodb_storage_gb_month") / 30.4
+
+
+# A capped burst as the cost row prices it: a release cap of this many messages a second, ingest
+# batches of this many records, and emitter batches holding this many messages of one second.
+CAPPED_RATE: Final = 1000
+CAPPED_INGEST_BATCH: Final = 500
+CAPPED_EMITTER_BATCH: Final = 10
+
+
+def placement_wru_per_message(batch: int = CAPPED_INGEST_BATCH) -> float:
+    """Write units of the placements ingest writes for a batch of capped messages released
+    after their due second (``store.placement_items``), per message."""
+    due_ms = NOW_MS + 3_600_000
+    capped = [
+        replace(delay_request(n, due_ms), release_ms=due_ms + 1000 * (1 + n // CAPPED_RATE))
+        for n in range(batch)
+    ]
+    items = placement_items(capped, 86_400)
+    return sum(write_units(item_size(i)) for i in items) / batch
+
+
+def capped_usd_per_message() -> float:
+    """What a release cap (strict) adds per message, at most: its placement, ingest's slot
+    claim (one counter update per batch and second it spans) and the emitter's late-count
+    read (one strongly consistent read per batch and second it holds)."""
+    seconds_per_batch = math.ceil(CAPPED_INGEST_BATCH / CAPPED_RATE) + 1
+    wru = placement_wru_per_message() + seconds_per_batch / CAPPED_INGEST_BATCH
+    rru = 1 / CAPPED_EMITTER_BATCH
+    return wru * price("dynamodb_wru") + rru * price("dynamodb_rru")
 
 
 def incompressible_value(size: int = VALUE_BYTES) -> bytes:
@@ -887,6 +916,11 @@ def build(
     variant(
         f"IdIndex=1 (a {locator_item_bytes()} B locator per message: by-id operations)",
         added_usd=id_index_usd_per_message(workload, a, 86_400) * 1e6,
+    )
+    variant(
+        f"every message under a strict release cap ({CAPPED_RATE}/s: placement "
+        f"{placement_wru_per_message():.3f} WRU, slot claims, late-count reads)",
+        added_usd=capped_usd_per_message() * 1e6,
     )
     without_reads = rru_long - MISSING_KEY_RRU * (1 + scheduler_reads_cancel_markers(m))
     variant(

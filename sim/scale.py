@@ -67,9 +67,10 @@ from sim.world import World
 DDB_PARTITION_WCU: Final = 1000
 DDB_PARTITION_RCU: Final = 3000
 DDB_NEW_ON_DEMAND_TABLE_WRU: Final = 4000
-# A capped message's placement: a [sort key, offset] pair (~40 bytes for a 25-byte id and its
-# version tag) in an item its ingest batch shares with the others of its due second and group.
-PLACEMENT_WRU: Final = 40 / 1024
+# A capped message's placement: a [sort key, offset] pair in an item its ingest batch shares
+# with the others of its due second and id group (64 groups): a batch of 500 writes up to 64
+# small items, one write unit each (bench.cost.placement_wru_per_message measures it).
+PLACEMENT_WRU: Final = 64 / 500
 # One RCU is one strongly consistent read of up to 4 KB (the scheduler's Queries are); a
 # strongly consistent read of a key that is absent costs one read unit too (the emitter's
 # cancel-marker BatchGetItem on cancel#<shard>, every message).

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.calls import pending_wru
-from bench.cost import price
+from bench.cost import capped_usd_per_message, placement_wru_per_message, price
 from bench.instructions import BASELINE, PAIRS, Count, InstructionSettings
 from bench.results import console, write
 from bench.run import QUICK, run
@@ -73,6 +73,11 @@ def test_bench_runs_end_to_end_with_tiny_inputs(
     # The id index: a locator's write unit (on-demand price) and its storage, per message.
     index = next(v for v in details["sensitivity"] if v["variant"].startswith("IdIndex=1"))
     assert price("dynamodb_wru") * 1e6 < index["delta"] < price("dynamodb_wru") * 1e6 * 1.05
+    # A strict release cap: placements (each batch touches at most 64 id groups of its due
+    # second), slot claims and late-count reads, priced from the items the layer writes.
+    capped = next(v for v in details["sensitivity"] if "strict release cap" in v["variant"])
+    assert capped["delta"] == pytest.approx(capped_usd_per_message() * 1e6, abs=1e-4)
+    assert 64 / 500 <= placement_wru_per_message() <= 64 / 500 + 0.01
     assert saved["cpu_messages_per_second"]["emitter"] > 0
     assert {"ingest", "emitter", "method", "goal", "met"} <= set(saved["cpu_vs_floor"])
     # Instruction counts (callgrind) next to the time ratios, in the JSON and on the console.
