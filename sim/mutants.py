@@ -41,9 +41,11 @@ class Mutant:
     path: str
     old: str
     new: str
-    # Seeds known to catch it, tried first; ``limits``: runs with tenant limits.
+    # Seeds known to catch it, tried first; ``limits``: runs with tenant limits; ``corners``:
+    # False runs the workload without the contract's corners (``--no-corners``).
     seeds: tuple[int, ...] = ()
     limits: bool = False
+    corners: bool = True
 
 
 CATALOGUE: Final = (
@@ -77,7 +79,7 @@ CATALOGUE: Final = (
         "layers/delayq/delayq/cleanup.py",
         "if watermark is None or not watermark.scheduled(second):",
         "if False:",
-        (6, 18),
+        (18,),
     ),
     Mutant(
         "outage-uses-attempts",
@@ -85,7 +87,7 @@ CATALOGUE: Final = (
         "layers/delayq/delayq/settlement.py",
         "if failure.failure is Failure.REFUSED:",
         "if failure.failure in (Failure.REFUSED, Failure.UNAVAILABLE):",
-        (8,),
+        (11,),
     ),
     Mutant(
         "outage-from-due",
@@ -101,7 +103,7 @@ CATALOGUE: Final = (
         "layers/delayq/delayq/ingest.py",
         "r for r in to_store if buckets.due_second(r.release_at_ms) <= mark.guarded_through",
         "r for r in to_store if False",
-        (14,),
+        (10,),
     ),
     Mutant(
         "direct-skips-cancels",
@@ -110,6 +112,7 @@ CATALOGUE: Final = (
         "flags = store.cancelled(requests, deadline)",
         "flags = [False] * len(requests)",
         (35,),
+        corners=False,
     ),
     Mutant(
         "network-errors-not-retried",
@@ -125,7 +128,7 @@ CATALOGUE: Final = (
         "layers/delayq/delayq/pending.py",
         "rest = [e for e in entries if e.offset > seen]",
         "rest = entries",
-        (1,),
+        (5,),
     ),
     Mutant(
         "store-overwrites-versions",
@@ -206,10 +209,22 @@ class Hunt:
     caught: bool = False
     seed: int | None = None
     limits: bool = False
+    corners: bool = True
     # The checker's rules that fired on the catching seed, with counts.
     rules: dict[str, int] = field(default_factory=dict)
     seeds_run: int = 0
     seconds: float = 0.0
+
+
+def table(hunts: Sequence[Hunt]) -> list[str]:
+    """The hunts as a Markdown table (docs/mutants.md)."""
+    rows = ["| mutant | regression | caught by | seed |", "|---|---|---|---|"]
+    for h in hunts:
+        rules = ", ".join(f"`{k}` {v}" for k, v in h.rules.items()) or "**survived**"
+        options = (" `--limits`" if h.limits else "") + ("" if h.corners else " `--no-corners`")
+        seed = f"{h.seed}{options}" if h.caught else "none of 0-15"
+        rows.append(f"| `{h.name}` | {h.defect} | {rules} | {seed} |")
+    return rows
 
 
 def find_once(text: str, mutant: Mutant) -> None:
@@ -245,7 +260,7 @@ def rules_of(report: dict[str, Any]) -> dict[str, int]:
 
 def hunt(mutant: Mutant, seeds: Sequence[int], python: str = sys.executable) -> Hunt:
     """Run ``mutant``'s known seeds, then ``seeds``, until one breaks a guarantee."""
-    found = Hunt(mutant.name, mutant.defect, limits=mutant.limits)
+    found = Hunt(mutant.name, mutant.defect, limits=mutant.limits, corners=mutant.corners)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.name}-") as scratch:
         root = plant(mutant, Path(scratch))
@@ -254,6 +269,7 @@ def hunt(mutant: Mutant, seeds: Sequence[int], python: str = sys.executable) -> 
             out = root / f"seed-{seed}.json"
             command = [python, "-m", "sim", "--seeds", str(seed), "--workers", "1", "--quiet"]
             command += ["--out", str(out), *(["--limits"] if mutant.limits else [])]
+            command += [] if mutant.corners else ["--no-corners"]
             subprocess.run(  # noqa: S603 -- this interpreter, fixed arguments
                 command,
                 cwd=root,
@@ -298,7 +314,8 @@ def main(argv: list[str]) -> int:
         hunts = []
         for h in pool.map(lambda m: hunt(m, seeds), chosen):
             hunts.append(h)
-            where = f"seed {h.seed}{' --limits' if h.limits else ''}" if h.caught else "-"
+            options = (" --limits" if h.limits else "") + ("" if h.corners else " --no-corners")
+            where = f"seed {h.seed}{options}" if h.caught else "-"
             rules = ", ".join(f"{k} {v}" for k, v in h.rules.items()) or "SURVIVED"
             print(f"  {h.name}: {where}: {rules} ({h.seeds_run} seeds, {h.seconds} s)")
     from sim.campaign import code_version  # noqa: PLC0415 -- git only when writing
@@ -307,6 +324,7 @@ def main(argv: list[str]) -> int:
     report = {"code": code_version(), "seeds": args.seeds, "mutants": [asdict(h) for h in hunts]}
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     survived = [h.name for h in hunts if not h.caught]
+    print("\n".join(table(hunts)))
     print(f"caught {len(hunts) - len(survived)} of {len(hunts)}; written {args.out}")
     if survived:
         print(f"survived: {', '.join(survived)}")

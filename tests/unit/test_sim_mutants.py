@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.mutants import CATALOGUE, REPO, Mutant, find_once, main, plant, rules_of
+from sim.mutants import CATALOGUE, REPO, Hunt, Mutant, find_once, main, plant, rules_of, table
 
 
 def test_the_catalogue_holds_at_least_fifteen_distinct_regressions() -> None:
@@ -54,3 +54,12 @@ def test_an_unknown_mutant_name_is_refused(capsys: pytest.CaptureFixture[str]) -
         main(["--only", "no-such-mutant"])
     assert exit_.value.code == 2
     assert "unknown mutants: no-such-mutant" in capsys.readouterr().err
+
+
+def test_the_hunts_print_as_a_table_that_names_survivors() -> None:
+    caught = Hunt("a", "one", caught=True, seed=3, limits=True, rules={"cap": 2, "lost": 1})
+    plain = Hunt("c", "three", caught=True, seed=35, corners=False, rules={"cancel": 1})
+    rows = table([caught, Hunt("b", "two"), plain])
+    assert rows[2] == "| `a` | one | `cap` 2, `lost` 1 | 3 `--limits` |"
+    assert rows[3] == "| `b` | two | **survived** | none of 0-15 |"
+    assert rows[4] == "| `c` | three | `cancel` 1 | 35 `--no-corners` |"
