@@ -45,8 +45,6 @@ from delayq_local.stream_failures import FAILED_BATCH_PREFIX
 
 # How often a running redrive reports its progress.
 PROGRESS_SECONDS: Final = 2.0
-# The stack an AWS-side command reads when neither --stack-name nor `delayq local` names one.
-ENVIRONMENT_STACK: Final = "the environment"
 # How long `delayq get` may take for its reads.
 GET_SECONDS: Final = 30.0
 # The template's outputs a redrive reads (the ingest function's environment has the rest).
@@ -516,6 +514,9 @@ class _Stack:
     outputs: Mapping[str, Any] = field(default_factory=dict)
     endpoint: Mapping[str, str] = field(default_factory=dict)
     region: str | None = None
+    # The variables are all the ingest function has (a deployed or local stack): one left out
+    # is at its default. The environment's may be a partial copy.
+    complete: bool = True
 
 
 def _redrive(args: argparse.Namespace, *, clock: Clock, sleep: Sleep) -> int:
@@ -612,14 +613,13 @@ def _get(args: argparse.Namespace) -> int:
 
 
 def _index_kept(args: argparse.Namespace) -> bool | None:
-    """Whether the stack's ingest keeps the id index: its ``DELAYQ_ID_INDEX``; a deployed or
-    local stack's variables are complete (unset: the default, off), the environment's may not
-    be (None: cannot say)."""
+    """Whether the stack's ingest keeps the id index (its ``DELAYQ_ID_INDEX``; unset: the
+    default, off); None when the variables may be incomplete and do not say."""
     stack = _stack_of(args)
     raw = stack.environ.get(c.ENV_ID_INDEX, "").strip()
     if raw:
         return raw == "1"
-    return None if stack.name == ENVIRONMENT_STACK else False
+    return False if stack.complete else None
 
 
 def _look_up(args: argparse.Namespace, delay_id: str) -> Whereabouts | None:
@@ -698,7 +698,7 @@ def _stack_of(args: argparse.Namespace) -> _Stack:
         return _deployed_stack(args.stack_name, args.region)
     state = read_state()
     if not state:
-        return _Stack(ENVIRONMENT_STACK, os.environ, region=args.region)
+        return _Stack("the environment", os.environ, region=args.region, complete=False)
     if "environment" not in state:
         raise LocalStackError(f"{state_file()} has no environment: restart `delayq local`")
     endpoint = AwsEndpoint(
