@@ -174,6 +174,9 @@ def run_path(
         deadline = pipeline.deadline()
         # Steady state: the watermark item exists, just behind the seconds we will schedule.
         pipeline.store.create_watermark(first - 1, NOW_MS, deadline)
+        # ... and the control clocks, created a day ago (a new stack reads every marker for
+        # its first hour, delayq.control_clock.FLOOR_MARGIN_SECONDS).
+        pipeline.store.control_clocks(range(s.shards), NOW_MS - 86_400_000, deadline)
         pipeline.counter.reset()
         stages: dict[str, dict[str, int]] = {}
         queue_messages = 0

@@ -17,7 +17,8 @@ from typing import Any, Final
 
 from bench.reference_mix import DAY_SECONDS, REFERENCE_MIX, VALUE_BYTES, Workload, delay_request
 from bench.template import FunctionConfig, deployed
-from delayq import buckets
+from delayq import buckets, control_clock
+from delayq import constants as c
 from delayq.store import locator_item, message_item, placement_items
 from sim import scale
 from sim.scale import DDB_MISSING_KEY_RRU, vcpu_share
@@ -922,13 +923,38 @@ def build(
         f"{placement_wru_per_message():.3f} WRU, slot claims, late-count reads)",
         added_usd=capped_usd_per_message() * 1e6,
     )
-    without_reads = rru_long - MISSING_KEY_RRU * (1 + scheduler_reads_cancel_markers(m))
-    variant(
-        "no per-message cancel-marker reads at all",
-        measured=replace(
-            m,
-            short={**m.short, "dynamodb_rru": rru_short - MISSING_KEY_RRU},
-            long={**m.long, "dynamodb_rru": without_reads},
-        ),
-    )
+    for share in CONTROL_SHARES:
+        reads = marker_reads_per_message(workload, share, c.DEFAULT_SHARDS)
+        variant(
+            f"a cancel or reschedule for {share:.1%} of messages: {reads:.2f} marker reads "
+            f"per message (their buckets' clocks pass the messages' records) and one clock "
+            f"raise per control",
+            measured=replace(
+                m,
+                short={**m.short, "dynamodb_rru": rru_short + reads * MISSING_KEY_RRU},
+                long={**m.long, "dynamodb_rru": rru_long + reads * MISSING_KEY_RRU},
+            ),
+            added_usd=share * price("dynamodb_wru") * 1e6,
+        )
     return CostModel(workload, m, a, fc, designs, sensitivity)
+
+
+# Shares of messages that get a cancel or a reschedule, for the sensitivity rows.
+CONTROL_SHARES: Final = (0.001, 0.01)
+
+
+def marker_reads_per_message(workload: Workload, control_share: float, shards: int) -> float:
+    """Marker reads per delivered message when ``control_share`` of messages get a control,
+    spread evenly over the day: a message reads its marker when some control of an id in its
+    clock bucket (``shards`` x 96 buckets) is written during its delay, probability
+    ``1 - exp(-rate x delay)`` with the bucket's control rate; averaged over each band's
+    uniform delays."""
+    buckets_total = shards * control_clock.BUCKETS_PER_SHARD
+    rate = control_share * workload.per_second / buckets_total
+    total = 0.0
+    for band in workload.bands:
+        lo, hi = band.min_s, band.max_s
+        # The mean of 1 - exp(-rate x d) for d uniform in [lo, hi).
+        mean = 1 - (math.exp(-rate * lo) - math.exp(-rate * hi)) / (rate * (hi - lo))
+        total += band.share * mean
+    return total

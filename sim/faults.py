@@ -77,6 +77,9 @@ class Knobs:
     # Per run: the scheduler down for longer than the TTL grace (ticks fail), and the target
     # cluster down for minutes to hours.
     scheduler_outage: float = 0.15
+    # Per run: the stack is new (no control clock yet: they are created on first use, and
+    # every marker is read for their first hour); otherwise it has run for a day.
+    fresh_stack: float = 0.25
     kafka_outage: float = 0.2
     kafka_outage_max_s: int = 3_600
     # Per run: one delay-topic partition's event source stalls for 10 s to 5 minutes (its

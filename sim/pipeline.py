@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from delayq import constants as c
+from delayq import control_clock
 from delayq.envelope import decode_body
 from delayq.exceptions import EnvelopeError
 from delayq.kafka import KafkaDelivery
@@ -104,6 +105,8 @@ class Pipeline:
         self.s3.rules[s.payload_bucket] = ExpiryRule.of(
             resolved_property("PayloadBucket", "LifecycleConfiguration")
         )
+        if world.rng.random() >= knobs.fresh_stack:
+            self._running_for_a_day()
         self.ttl = Ttl(world, knobs, self.dynamodb, s.table_name)
         self.cluster = TargetCluster()
         self.retries = RetryLedger()  # transient errors the invocations have not retried yet
@@ -129,6 +132,18 @@ class Pipeline:
         # With a delay queue per priority: every envelope sent to one, as (queue URL, id,
         # due, the priority it carries), for the checker's routing rule.
         self.delay_sends: list[tuple[str, str, int, str]] = []
+
+    def _running_for_a_day(self) -> None:
+        """The control clocks of a stack deployed a day ago (``delayq.control_clock``)."""
+        floor = control_clock.floor_for(self.world.now_ms - 86_400_000)
+        for shard in range(self.settings.shards):
+            item = {
+                **control_clock.clock_key(shard),
+                "kind": {"S": control_clock.KIND_CLOCK},
+                control_clock.ATTR_FLOOR: {"N": str(floor)},
+            }
+            for table in (self.dynamodb.primary, *self.dynamodb.followers):
+                table.put_item(TableName=self.settings.table_name, Item=dict(item))
 
     @property
     def delay_queue_urls(self) -> tuple[str, ...]:

@@ -33,10 +33,10 @@ its page; checked November 2026):
   batch size (SQS messages, each a bundle of delay messages) or waits its batching window.
   Every emitter invocation counts against the account's concurrency, shared with ingest and
   the scheduler.
-* **emitter**: receives (10 messages per ReceiveMessage) and hand-over, the cancel-marker
-  reads (BatchGetItem of 100 keys, strongly consistent: one read unit per key, present or
-  not, on the ``cancel#<shard>`` partitions that every emitter shares), holds to the release
-  time, then the measured CPU per
+* **emitter**: receives (10 messages per ReceiveMessage) and hand-over, the control-clock
+  read (one BatchGetItem of every shard's clock, strongly consistent: one read unit on each
+  ``clock#<shard>`` partition, which every emitter shares; the traffic holds no cancels, so no
+  marker is read, ``delayq.control_clock``), holds to the release time, then the measured CPU per
   message at its vCPU share and one flush; messages of a batch leave in order, so lateness
   within a batch grows message by message.
 
@@ -71,9 +71,9 @@ DDB_NEW_ON_DEMAND_TABLE_WRU: Final = 4000
 # with the others of its due second and id group (64 groups): a batch of 500 writes up to 64
 # small items, one write unit each (bench.cost.placement_wru_per_message measures it).
 PLACEMENT_WRU: Final = 64 / 500
-# One RCU is one strongly consistent read of up to 4 KB (the scheduler's Queries are); a
-# strongly consistent read of a key that is absent costs one read unit too (the emitter's
-# cancel-marker BatchGetItem on cancel#<shard>, every message).
+# One RCU is one strongly consistent read of up to 4 KB (the scheduler's Queries are; the
+# emitter's read of a shard's control clock, an item under 1 KB, costs one); a strongly
+# consistent read of a key that is absent costs one read unit too.
 # https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/read-write-operations.html
 DDB_RCU_BYTES: Final = 4096
 DDB_MISSING_KEY_RRU: Final = 1.0
@@ -111,8 +111,6 @@ LAMBDA_FULL_VCPU_MB: Final = 1769
 # https://docs.aws.amazon.com/lambda/latest/api/API_ProvisionedPollerConfig.html
 KAFKA_INVOCATIONS_PER_PARTITION: Final = 1
 KAFKA_POLLER_BYTES_PER_SECOND: Final = 5_000_000
-# BatchGetItem reads at most 100 keys.
-DDB_BATCH_GET_KEYS: Final = 100
 # Ingest writes a batch of 100 records in 4 BatchWriteItem calls of 25, plus one read.
 INGEST_BATCH: Final = 100
 
@@ -122,7 +120,7 @@ BOUND_SCALE_OUT: Final = "scale-out"
 BOUND_CEILING: Final = "ceiling"
 BOUND_ACCOUNT: Final = "account concurrency"
 BOUND_POLLER_BYTES: Final = "poller throughput"
-BOUND_MARKERS: Final = "cancel-marker reads"
+BOUND_CLOCKS: Final = "control-clock reads"
 BOUND_WINDOW: Final = "batching window (the queue fills slower than a batch)"
 # What bound the scheduler's crowded rounds.
 SCHEDULER_CPU: Final = "cpu"
@@ -132,7 +130,10 @@ SCHEDULER_READS: Final = "reads"
 LATE_SCHEDULER: Final = "scheduler"
 LATE_SOURCE: Final = "event source"
 LATE_EMITTER: Final = "emitter"
-LATE_MARKERS: Final = "cancel-marker reads"
+LATE_CLOCKS: Final = "control-clock reads"
+LATE_TARGET: Final = "target cluster"
+# A chunk that waits longer than this for the target cluster is held back by it.
+CLUSTER_WAIT_MS: Final = 1.0
 STEP_MS: Final = 1000  # scaling and ingest advance a second at a time
 
 
@@ -216,6 +217,36 @@ class EventSource:
         return per_minute / 60
 
 
+# The target cluster: what the burst's records go to. A stated input, not measured: three
+# Express brokers of the largest size, each taking up to 500 MBps of ingress (AWS News Blog,
+# "Introducing Express brokers for Amazon MSK", 2024; the Express best-practices page lists
+# each size's recommended ingress). A record on the wire: its value and key, its user headers
+# and the delay headers the emitter adds.
+# https://aws.amazon.com/blogs/aws/introducing-express-brokers-for-amazon-msk-to-deliver-high-throughput-and-faster-scaling-for-your-kafka-clusters/
+# https://docs.aws.amazon.com/msk/latest/developerguide/bestpractices-express.html
+TARGET_BROKER_TYPE: Final = "express.m7g.16xlarge"
+TARGET_BROKER_INGRESS_MBPS: Final = 500.0
+RECORD_OVERHEAD_BYTES: Final = 160
+
+
+@dataclass(frozen=True)
+class TargetCluster:
+    """The cluster the emitters produce to: ``brokers`` taking ``ingress_mbps`` each."""
+
+    brokers: int = 3
+    broker_type: str = TARGET_BROKER_TYPE
+    ingress_mbps: float = TARGET_BROKER_INGRESS_MBPS
+
+    @property
+    def bytes_per_ms(self) -> float:
+        """What the cluster accepts, bytes a millisecond."""
+        return self.brokers * self.ingress_mbps * 1e6 / 1000
+
+    def seconds_for(self, messages: int, record_bytes: int) -> float:
+        """How long the cluster needs to accept ``messages`` records, at the least."""
+        return messages * record_bytes / self.bytes_per_ms / 1000
+
+
 @dataclass(frozen=True)
 class Deployment:
     """The deployed settings the model needs (template parameters and layer settings)."""
@@ -240,6 +271,7 @@ class Deployment:
     sources: Mapping[str, EventSource] = field(
         default_factory=lambda: {p: EventSource() for p in PRIORITIES}
     )
+    target: TargetCluster = field(default_factory=TargetCluster)
 
 
 @dataclass(frozen=True)
@@ -262,6 +294,11 @@ class Traffic:
     def body_bytes(self) -> int:
         """An envelope in the delay queue: the value in base64 and ~150 B of fields."""
         return math.ceil(self.value_bytes * 4 / 3) + 150
+
+    @property
+    def record_bytes(self) -> int:
+        """A record the emitter produces to the target cluster."""
+        return self.value_bytes + RECORD_OVERHEAD_BYTES
 
 
 # --- the model ---------------------------------------------------------------------------------
@@ -380,6 +417,7 @@ class ScaleRun:
     delivered: Counter[str]
     late_by: dict[str, Counter[str]]
     scheduler_bound: str | None
+    target_cluster_seconds: float = 0.0
 
     def late_mostly_in(self, cls: str) -> str | None:
         """The stage where the class's messages spent most of their lateness."""
@@ -503,10 +541,14 @@ class ScaleModel:
         self.sched_round_ms = 0.0
         self.sched_text: dict[str, str] = {}
         self.queued_first: int | None = None
-        # The cancel markers' partitions, shared by every emitter: when they are next free.
-        self.markers_free_at = 0.0
-        self.markers_throttled_at: int | None = None
-        self.marker_keys_per_ms = deployment.shards * DDB_PARTITION_RCU / DDB_MISSING_KEY_RRU / 1000
+        # The control clocks' partitions, read once by every emitter invocation: when they are
+        # next free (each serves DDB_PARTITION_RCU reads a second).
+        self.clocks_free_at = 0.0
+        self.clocks_throttled_at: int | None = None
+        self.clock_reads_per_ms = DDB_PARTITION_RCU / 1000
+        # The target cluster, shared by every emitter: when it next takes a record.
+        self.cluster_free_at = 0.0
+        self.record_ms = self.t.record_bytes / deployment.target.bytes_per_ms
 
     # --- traffic -------------------------------------------------------------------------------
 
@@ -769,37 +811,46 @@ class ScaleModel:
             + math.ceil(sqs_messages / SQS_RECEIVE_MAX_MESSAGES) * c.ms_sqs_receive
             + c.ms_lambda_invoke
         )
-        # The marker reads share the cancel#<shard> partitions' read units with every other
+        # The clock read shares the clock#<shard> partitions' read units with every other
         # emitter: past their rate, reads wait (throttled and retried) for their share.
-        reads_start = max(received, self.markers_free_at)
-        self.markers_free_at = reads_start + n / self.marker_keys_per_ms
-        unthrottled = received + math.ceil(n / DDB_BATCH_GET_KEYS) * c.ms_dynamodb_batch_get
-        ready = max(unthrottled, self.markers_free_at)
+        share = 1 / self.clock_reads_per_ms
+        reads_start = max(received, self.clocks_free_at)
+        self.clocks_free_at = reads_start + share
+        unthrottled = received + c.ms_dynamodb_batch_get
+        ready = max(unthrottled, self.clocks_free_at)
         read_wait = ready - unthrottled
-        # Reads queued behind more than their own share's time: the pipeline runs at the
-        # markers' rate, and a message that waited in the queue meanwhile waited for them,
-        # not for an invocation.
-        saturated = reads_start - received > n / self.marker_keys_per_ms
+        # Reads queued longer than a read takes: the pipeline runs at the clocks' rate, and a
+        # message that waited in the queue meanwhile waited for them, not for an invocation.
+        saturated = reads_start - received > c.ms_dynamodb_batch_get
         if saturated:
-            self.markers_throttled_at = now
+            self.clocks_throttled_at = now
         per_message = (
             c.emitter_cpu_ms_per_message
             / c.arm_speed_vs_bench_core
             / vcpu_share(d.memory_mb["emitter"])
         )
-        # The emitter holds each message to its release time and produces them in that order.
+        # The emitter holds each message to its release time and produces them in that order,
+        # as fast as its CPU and the target cluster's share left to it allow.
         cursor = float(ready)
         for chunk in sorted(batch, key=lambda ch: ch.cohort.release_ms):
             cursor = max(cursor, chunk.cohort.release_ms)
-            self._record(chunk, cursor + c.ms_kafka_flush, per_message)
+            start = max(cursor, self.cluster_free_at)
+            # Waiting for the cluster: the pipeline runs at its rate, and a message that waited
+            # in the queue meanwhile waited for it (the emitters it held), not for an invocation.
+            cluster_bound = start - cursor > CLUSTER_WAIT_MS
+            self.cluster_free_at = start + chunk.count * self.record_ms
+            spacing = max(per_message, self.record_ms)
+            self._record(chunk, start + c.ms_kafka_flush, spacing)
             self._attribute(
                 chunk,
                 now,
-                cursor + chunk.count * per_message / 2 + c.ms_kafka_flush,
+                start + chunk.count * spacing / 2 + c.ms_kafka_flush,
                 read_wait,
                 saturated=saturated,
+                cluster_wait=start - cursor + chunk.count * (spacing - per_message) / 2,
+                cluster_bound=cluster_bound,
             )
-            cursor += chunk.count * per_message
+            cursor = start + chunk.count * spacing
         end = cursor + c.ms_kafka_flush
 
         def finished() -> None:
@@ -835,10 +886,13 @@ class ScaleModel:
         read_wait: float,
         *,
         saturated: bool,
+        cluster_wait: float = 0.0,
+        cluster_bound: bool = False,
     ) -> None:
         """Where the chunk's lateness (emitted minus released) was spent: reaching the queue
         after its release less the lead (the scheduler), waiting for an invocation (the event
-        source), waiting for the cancel markers' read units, or inside the emitter."""
+        source), waiting for the control clocks' read units, for the target cluster, or inside
+        the emitter."""
         cohort = chunk.cohort
         late = max(0.0, emitted_ms - cohort.release_ms)
         wanted = cohort.release_ms - self.d.emit_lead_ms
@@ -846,12 +900,16 @@ class ScaleModel:
         source = min(late - scheduler, max(0, started_ms - max(chunk.visible_ms, wanted)))
         spent = self.late_by[cohort.cls]
         spent[LATE_SCHEDULER] += round(scheduler * chunk.count)
-        markers = min(late - scheduler - source, read_wait)
-        emitter = late - scheduler - source - markers
+        clocks = min(late - scheduler - source, read_wait)
+        cluster = min(late - scheduler - source - clocks, max(0.0, cluster_wait))
+        emitter = late - scheduler - source - clocks - cluster
         if saturated:
-            markers, source = markers + source, 0.0
+            clocks, source = clocks + source, 0.0
+        if cluster_bound:
+            cluster, source = cluster + source, 0.0
         spent[LATE_SOURCE] += round(source * chunk.count)
-        spent[LATE_MARKERS] += round(markers * chunk.count)
+        spent[LATE_CLOCKS] += round(clocks * chunk.count)
+        spent[LATE_TARGET] += round(cluster * chunk.count)
         spent[LATE_EMITTER] += round(emitter * chunk.count)
 
     def _scale(self) -> None:
@@ -870,9 +928,9 @@ class ScaleModel:
             self._pump(source)
 
     def _holding(self, source: _Source) -> str:
-        throttled = self.markers_throttled_at
+        throttled = self.clocks_throttled_at
         if throttled is not None and self.world.now_ms - throttled < STEP_MS:
-            return BOUND_MARKERS
+            return BOUND_CLOCKS
         if source.bytes_left <= 0:
             return BOUND_POLLER_BYTES
         if source.in_flight < math.floor(source.scaled):
@@ -909,6 +967,7 @@ class ScaleModel:
             delivered=Counter(self.delivered),
             late_by={k: Counter(v) for k, v in self.late_by.items()},
             scheduler_bound=self.sched_bound.most_common(1)[0][0] if self.sched_bound else None,
+            target_cluster_seconds=self.d.target.seconds_for(self.total, self.t.record_bytes),
         )
 
     def _stages(self) -> list[StageFigures]:

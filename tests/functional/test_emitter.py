@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 
-from delayq import constants
+from delayq import buckets, constants
 from delayq.envelope import Envelope, dead_letter_of, decode_body
 from delayq.payloads import PayloadStore, payload_key
 from delayq.queues import DelayQueue, SqsQueue
@@ -73,6 +73,37 @@ def test_cancelled_ids_are_dropped(p: Pipeline) -> None:
     assert [o.header("delay-id") for o in p.producer.produced] == [b"d-1"]
     assert result.cancelled == 1
     assert result.failed == []
+
+
+def test_the_emitter_reads_only_the_markers_a_control_may_apply_to(p: Pipeline) -> None:
+    # A running stack: its control clocks exist since yesterday.
+    p.store.control_clocks(range(p.settings.shards), NOW_MS - 86_400_000, p.deadline())
+    p.ingest(kafka_event(kafka_record(cancel="d-2", timestamp=NOW_MS)))
+    proxy = ClientProxy(p.aws.dynamodb, batch_get_item=p.aws.dynamodb.batch_get_item)
+    q = p.with_store_client(proxy)
+
+    def written_at(delay_id: str, ts_ms: int) -> SentEntry:
+        request = DelayRequest(
+            delay_id, "orders.timeout", NOW_MS, b"key", b"value", (), f"t-1-{ts_ms}", ts_ms=ts_ms
+        )
+        return SentEntry(p.settings.delay_queue_url, Envelope(request).encode(), 0, p.clock())
+
+    # d-2 was written before its cancel: cancelled. d-1 and d-3 seconds after it: new messages.
+    batch = [written_at("d-1", NOW_MS + 5_000), written_at("d-2", NOW_MS - 1_000)]
+    result = q.emit([*batch, written_at("d-3", NOW_MS + 5_000)])
+    assert sorted(o.header("delay-id") or b"" for o in p.producer.produced) == [b"d-1", b"d-3"]
+    assert result.cancelled == 1
+    # The clocks, then the one marker a control may apply to.
+    table = p.settings.table_name
+    read = [
+        k["pk"]["S"] + "/" + k["sk"]["S"]
+        for _, kw in proxy.calls
+        for k in kw["RequestItems"][table]["Keys"]
+    ]
+    assert [k for k in read if k.startswith("cancel#")] == [
+        f"cancel#{buckets.shard_of('d-2', p.settings.shards)}/d-2"
+    ]
+    assert len([k for k in read if k.startswith("clock#")]) <= 3
 
 
 def requeued(p: Pipeline) -> list[tuple[int, DelayRequest]]:

@@ -332,13 +332,15 @@ def test_an_offloaded_message_moved_into_the_direct_window_goes_whole_through_th
 
 def test_a_message_never_rescheduled_makes_no_reschedule_request(p: Pipeline) -> None:
     # Every DynamoDB call ingest and the emitter make, counted: the same as before reschedules
-    # existed (one batch write and the watermark read at ingest; one marker read per batch at
-    # the emitter, which a cancel needs already).
+    # existed (one batch write and the watermark read at ingest; one control-clock read per
+    # batch at the emitter, which a cancel needs already, and no marker read).
     db = p.aws.dynamodb
     operations = ("batch_get_item", "batch_write_item", "get_item", "put_item", "query")
     proxy = ClientProxy(db, update_item=db.update_item, **{o: getattr(db, o) for o in operations})
     counted = p.with_store_client(proxy)
-    counted.set_watermark(buckets.due_second(NOW_MS) - 1)  # at steady state, it exists
+    # At steady state, the watermark and the control clocks exist.
+    counted.set_watermark(buckets.due_second(NOW_MS) - 1)
+    counted.store.control_clocks(range(p.settings.shards), NOW_MS - 86_400_000, p.deadline())
     proxy.calls.clear()
     counted.ingest(kafka_event(send(), send(offset=2, delay_id="r-2")))
     assert [name for name, _ in proxy.calls] == ["batch_write_item", "get_item"]
@@ -349,4 +351,7 @@ def test_a_message_never_rescheduled_makes_no_reschedule_request(p: Pipeline) ->
     proxy.calls.clear()
     counted.deliver_released()
     assert [name for name, _ in proxy.calls if name != "put_item"] == ["batch_get_item"]
+    ((_, read),) = [c for c in proxy.calls if c[0] == "batch_get_item"]
+    keys = read["RequestItems"][p.settings.table_name]["Keys"]
+    assert {k["pk"]["S"].split("#")[0] for k in keys} == {"clock"}
     assert len(emitted(p)) == 2

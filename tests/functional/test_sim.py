@@ -195,10 +195,10 @@ def test_a_failing_seed_prints_how_to_reproduce_it(
 def _direct_path_skips_cancel_markers(monkeypatch: pytest.MonkeyPatch) -> None:
     checked = MessageStore.cancelled
 
-    def cancelled(self: MessageStore, requests: Any, deadline: Any) -> list[bool]:
+    def cancelled(self: MessageStore, requests: Any, now_ms: int, deadline: Any) -> list[bool]:
         if sys._getframe(1).f_globals["__name__"] == "delayq.direct":
             return [False] * len(requests)
-        return checked(self, requests, deadline)
+        return checked(self, requests, now_ms, deadline)
 
     monkeypatch.setattr(MessageStore, "cancelled", cancelled)
 
@@ -240,13 +240,21 @@ def _pending_counts_forget_counted_offsets(monkeypatch: pytest.MonkeyPatch) -> N
 
 # Defects the simulator finds, each with a seed that shows it (a change to the workload or the
 # knobs may move them: find another with a few seeds of the plant).
+# The direct path's cancel check shows when a cancel on the other partition goes through while
+# the message's partition stalls: every direct-path message gets a cancel, every run a stall.
+PLANT_DIRECT = (
+    dataclasses.replace(PLANT, direct_cancel=1.0),
+    dataclasses.replace(Knobs(), ingest_stall=1.0),
+)
+
+
 @pytest.mark.parametrize(
-    ("plant", "seed", "kind"),
+    ("plant", "seed", "kind", "world"),
     [
-        (_direct_path_skips_cancel_markers, 35, "cancel"),
-        (_network_errors_not_retried, 0, "unretried"),
-        (_scheduler_skips_expired_items, 18, "held"),
-        (_pending_counts_forget_counted_offsets, 4, "counted"),
+        (_direct_path_skips_cancel_markers, 5, "cancel", PLANT_DIRECT),
+        (_network_errors_not_retried, 0, "unretried", (PLANT, Knobs())),
+        (_scheduler_skips_expired_items, 11, "held", (PLANT, Knobs())),
+        (_pending_counts_forget_counted_offsets, 35, "counted", (PLANT, Knobs())),
     ],
     ids=["direct-path-cancel", "network-errors", "expired-items", "pending-recount"],
 )
@@ -255,10 +263,11 @@ def test_the_simulator_finds_a_planted_defect(
     plant: Callable[[pytest.MonkeyPatch], None],
     seed: int,
     kind: str,
+    world: tuple[Shape, Knobs],
 ) -> None:
-    assert run_seed(seed, PLANT).ok
+    assert run_seed(seed, *world).ok
     plant(monkeypatch)
-    assert kind in {v.kind for v in run_seed(seed, PLANT).verdict.violations}
+    assert kind in {v.kind for v in run_seed(seed, *world).verdict.violations}
 
 
 def _stream_record(sequence: int, item: str, at_ms: int = NOW_MS) -> StreamRecord:

@@ -18,6 +18,7 @@ from bench.cost import PAYLOAD_RETENTION_DAYS
 from delayq import constants as c
 from delayq import telemetry
 from delayq.constants import DEFAULT_EMIT_LEAD_MS
+from delayq.control_clock import CLOCK_PK_PREFIX
 from delayq.settings import Settings
 from delayq_reports.options import DeliveryReportOptions
 from sim.functions import TIMEOUT_S
@@ -759,6 +760,7 @@ def test_payload_access_is_split_by_prefix(resources: dict[str, Any]) -> None:
             "dynamodb:UpdateItem",
             [
                 f"{c.CANCEL_PK_PREFIX}*",
+                f"{CLOCK_PK_PREFIX}*",
                 c.WATERMARK_PK,
                 f"{c.RATE_PK_PREFIX}*",
                 f"{c.QUOTA_PK_PREFIX}*",
@@ -770,11 +772,11 @@ def test_payload_access_is_split_by_prefix(resources: dict[str, Any]) -> None:
         (
             "EmitterRole",
             "dynamodb:BatchGetItem",
-            [f"{c.CANCEL_PK_PREFIX}*", f"{c.RATE_PK_PREFIX}*"],
+            [f"{c.CANCEL_PK_PREFIX}*", f"{CLOCK_PK_PREFIX}*", f"{c.RATE_PK_PREFIX}*"],
         ),
         ("EmitterRole", "dynamodb:PutItem", [f"{c.STATS_PK_PREFIX}*"]),
-        ("EmitterRole", "dynamodb:UpdateItem", [f"{c.RATE_PK_PREFIX}*"]),
-        ("EmitterRole", "dynamodb:GetItem", [f"{c.RATE_PK_PREFIX}*"]),
+        ("EmitterRole", "dynamodb:UpdateItem", [f"{c.RATE_PK_PREFIX}*", f"{CLOCK_PK_PREFIX}*"]),
+        ("EmitterRole", "dynamodb:GetItem", [f"{c.RATE_PK_PREFIX}*", f"{CLOCK_PK_PREFIX}*"]),
     ],
 )
 def test_item_level_access_is_limited_to_its_partition_keys(

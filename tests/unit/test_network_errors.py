@@ -65,7 +65,7 @@ CALLS: dict[str, Callable[[Unreachable], object]] = {
         [delay_request(due_ms=NOW_MS + 3_600_000)], NOW_MS, deadline()
     ),
     "store.query_pages": lambda c: store(c).query_pages([("1#0", None)], 10, NOW_MS, deadline()),
-    "store.cancelled": lambda c: store(c).cancelled([delay_request()], deadline()),
+    "store.cancelled": lambda c: store(c).cancelled([delay_request()], NOW_MS, deadline()),
     "store.read_watermark": lambda c: store(c).read_watermark(deadline()),
     "store.write_watermark": lambda c: store(c).write_watermark(
         Watermark(5), Watermark(6), NOW_MS, deadline()

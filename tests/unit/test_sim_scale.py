@@ -12,15 +12,17 @@ from sim.scale import (
     BURST,
     BYSTANDER,
     LAMBDA_FULL_VCPU_MB,
-    LATE_MARKERS,
+    LATE_CLOCKS,
     LATE_SCHEDULER,
     LATE_SOURCE,
+    LATE_TARGET,
     SCHEDULER_CPU,
     SQS_POLLER_BYTES_PER_SECOND,
     Costs,
     Deployment,
     EventSource,
     Lateness,
+    TargetCluster,
     Traffic,
     simulate,
 )
@@ -54,20 +56,19 @@ def deployment(**kw: object) -> Deployment:
 
 def test_one_invocation_at_a_time_drains_at_its_cpu_rate_exactly() -> None:
     # 100 messages a batch (bundles of one), 1 ms of CPU each at one vCPU, one invocation at a
-    # time, everything else free but the cancel markers' reads: 100 keys at 16 partitions x
-    # 3,000 read units a second (48 a millisecond). The first batch is read while it waits for
-    # its due time and takes 100 ms from due; each of the 99 others reads for 2.08 ms, then
-    # 100 ms, and the next starts on the following whole millisecond: 103 ms.
+    # time, everything else free (a lone invocation reads its clocks without waiting). The
+    # first batch is read while it waits for its due time and takes 100 ms from due; each of
+    # the 99 others takes 100 ms, and the next starts on the following whole millisecond.
     costs = replace(FREE, emitter_cpu_ms_per_message=1.0)
     d = deployment(sources=sources(max_concurrency=1))
     run = simulate(d, costs, Traffic(10_000))
-    assert run.drain_seconds_after_due == pytest.approx((100 + 99 * 103) / 1000, abs=0.002)
+    assert run.drain_seconds_after_due == pytest.approx((100 + 99 * 101) / 1000, abs=0.002)
     assert run.sources["normal"].invocations == 100
     assert run.sources["normal"].peak_concurrency == 1
     assert run.delivered[BURST] == 10_000
     late = run.lateness_after_due[BURST].summary()
     assert 5_000 <= (late["p50"] or 0) <= 5_300
-    assert 10_100 <= (late["max"] or 0) <= 10_297
+    assert 10_000 <= (late["max"] or 0) <= 10_099
 
 
 def test_the_vcpu_share_slows_the_emitter_in_proportion() -> None:
@@ -177,14 +178,25 @@ def test_weighted_percentiles() -> None:
     assert Lateness().summary() == {"p50": None, "p99": None, "max": None}
 
 
-def test_the_cancel_marker_reads_bound_every_emitter_together() -> None:
-    # Every message costs one strongly consistent read on the cancel#<shard> partitions: 16 x
-    # 3,000 a second, however many emitters run (before due, the first batches hold their
-    # invocations to the due time: reading starts in earnest then); 64 shards read four
-    # times as fast.
+def test_the_control_clock_reads_bound_every_emitter_together() -> None:
+    # Every invocation reads every shard's clock once: each clock#<shard> partition serves
+    # 3,000 reads a second, however many emitters run, so batches of 100 drain at 300,000
+    # messages a second; more shards read no faster (each invocation reads them all).
     traffic = Traffic(480_000)
     run = simulate(deployment(), FREE, traffic)
-    assert run.drain_seconds_after_due == pytest.approx(480_000 / 48_000, abs=0.3)
-    assert run.late_mostly_in(BURST) == LATE_MARKERS
+    assert run.drain_seconds_after_due == pytest.approx(480_000 / 300_000, abs=0.05)
+    assert run.late_mostly_in(BURST) == LATE_CLOCKS
     wider = simulate(deployment(shards=64), FREE, traffic)
-    assert wider.drain_seconds_after_due == pytest.approx(480_000 / 192_000, abs=0.3)
+    assert wider.drain_seconds_after_due == run.drain_seconds_after_due
+
+
+def test_the_target_cluster_bounds_every_emitter_together() -> None:
+    # One broker taking 10 MBps: 100,000 records of 1,184 bytes need 11.84 s, and nothing else
+    # costs anything, so the burst drains in exactly that and its lateness is the cluster's.
+    slow = TargetCluster(brokers=1, broker_type="kafka.t3.small", ingress_mbps=10.0)
+    run = simulate(deployment(target=slow), FREE, Traffic(100_000))
+    assert run.target_cluster_seconds == pytest.approx(100_000 * 1_184 / 10e6)
+    assert run.drain_seconds_after_due == pytest.approx(run.target_cluster_seconds, abs=0.05)
+    assert run.late_mostly_in(BURST) == LATE_TARGET
+    # The default cluster (three of the largest Express brokers) takes the burst far faster.
+    assert Deployment().target.seconds_for(100_000, 1_184) < 0.1

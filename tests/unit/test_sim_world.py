@@ -643,3 +643,31 @@ def test_without_drift_the_offset_stays_put() -> None:
     w.now_ms += 3_600_000
     assert clock() - w.now_ms == first
     assert -400 <= first <= 400
+
+
+# --- the stack's age: control clocks -------------------------------------------------------
+
+
+def clock_floors(pipeline: Pipeline) -> list[int]:
+    return sorted(
+        int(i["f"]["N"])
+        for i in pipeline.dynamodb.primary.items(pipeline.settings.table_name)
+        if i["pk"]["S"].startswith("clock#")
+    )
+
+
+def test_a_stack_that_has_run_for_a_day_has_its_control_clocks() -> None:
+    # Otherwise every message of a run is written within the first clocks' floor margin and
+    # reads its marker: the clocks' skip would never be exercised.
+    w = world()
+    pipeline = Pipeline(w, replace(CALM, fresh_stack=0.0))
+    floor = (w.now_ms - 86_400_000) // 1000 + 3600
+    assert clock_floors(pipeline) == [floor] * pipeline.settings.shards
+    follower = pipeline.dynamodb.followers[0].items(pipeline.settings.table_name)
+    assert len([i for i in follower if i["pk"]["S"].startswith("clock#")]) == len(
+        clock_floors(pipeline)
+    )
+
+
+def test_a_fresh_stack_has_no_control_clock_yet() -> None:
+    assert clock_floors(Pipeline(world(), replace(CALM, fresh_stack=1.0))) == []

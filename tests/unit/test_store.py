@@ -51,8 +51,9 @@ def deadline() -> Deadline:
 
 
 def all_items(aws: AwsResources) -> list[dict[str, Any]]:
+    """Every item but the control clocks (tests/unit/test_control_clock.py)."""
     items: list[dict[str, Any]] = aws.dynamodb.scan(TableName=aws.settings.table_name)["Items"]
-    return items
+    return [i for i in items if not i["pk"]["S"].startswith("clock#")]
 
 
 def requests(count: int, due_ms: int = DUE_MS) -> list[DelayRequest]:
@@ -366,8 +367,8 @@ def test_query_of_a_missing_table_is_a_store_error(missing_table: MessageStore) 
 
 
 def test_reading_cancels_of_a_missing_table_is_a_store_error(missing_table: MessageStore) -> None:
-    with pytest.raises(StoreError, match="read cancel markers"):
-        missing_table.cancelled([delay_request()], deadline())
+    with pytest.raises(StoreError, match="read control clocks"):
+        missing_table.cancelled([delay_request()], NOW_MS, deadline())
 
 
 def test_reading_the_watermark_of_a_missing_table_is_a_store_error(
@@ -445,20 +446,22 @@ def test_cancelled_finds_exactly_the_marked_ids_over_many_batches(aws: AwsResour
     store = make_store(proxy, aws.settings)
     store.put_cancels([cancel(f"order-{i}", 1000) for i in range(0, 250, 2)], NOW_MS, deadline())
     asked = [message(f"order-{i}", 1) for i in range(250)] + [message("order-0", 2)]
-    flags = store.cancelled(asked, deadline())
+    flags = store.cancelled(asked, NOW_MS, deadline())
     assert [r.delay_id for r, f in zip(asked, flags, strict=True) if f] == [
         *(f"order-{i}" for i in range(0, 250, 2)),
         "order-0",
     ]
     table = aws.settings.table_name
-    assert [len(kw["RequestItems"][table]["Keys"]) for _, kw in proxy.calls] == [100, 100, 50]
+    # The clocks of the four shards (created after the messages were written: every marker
+    # is read), then the markers.
+    assert [len(kw["RequestItems"][table]["Keys"]) for _, kw in proxy.calls] == [4, 100, 100, 50]
     # Strongly consistent: a cancel whose write completed before the read is seen.
     assert all(kw["RequestItems"][table]["ConsistentRead"] for _, kw in proxy.calls)
 
 
 def test_cancelled_of_no_requests_asks_nothing(aws: AwsResources) -> None:
     proxy = ClientProxy(aws.dynamodb, batch_get_item=aws.dynamodb.batch_get_item)
-    assert make_store(proxy, aws.settings).cancelled([], deadline()) == []
+    assert make_store(proxy, aws.settings).cancelled([], NOW_MS, deadline()) == []
     assert proxy.calls == []
 
 
@@ -467,7 +470,7 @@ def test_unprocessed_cancel_keys_are_read_again(aws: AwsResources) -> None:
 
     def batch_get_item(**kwargs: Any) -> Any:
         request = kwargs["RequestItems"][table]
-        if len(proxy.calls) == 1:
+        if len(proxy.calls) == 2:  # the markers, after the clocks
             response = aws.dynamodb.batch_get_item(
                 RequestItems={table: {**request, "Keys": request["Keys"][:1]}}
             )
@@ -478,19 +481,23 @@ def test_unprocessed_cancel_keys_are_read_again(aws: AwsResources) -> None:
     proxy = ClientProxy(aws.dynamodb, batch_get_item=batch_get_item)
     store = make_store(proxy, aws.settings)
     store.put_cancels([cancel(i, 9) for i in "abc"], NOW_MS, deadline())
-    assert store.cancelled([message(i, 1) for i in "abcd"], deadline()) == [
+    assert store.cancelled([message(i, 1) for i in "abcd"], NOW_MS, deadline()) == [
         True,
         True,
         True,
         False,
     ]
-    assert [len(kw["RequestItems"][table]["Keys"]) for _, kw in proxy.calls] == [4, 3]
+    # The clocks of shards 0, 1 and 3, then the markers, then those left unprocessed.
+    assert [len(kw["RequestItems"][table]["Keys"]) for _, kw in proxy.calls] == [3, 4, 3]
 
 
 def test_a_cancel_does_not_apply_to_a_later_message_with_its_id(store: MessageStore) -> None:
     # Send r-1, cancel r-1, send r-1 again: the second r-1 is a new message.
     store.put_cancels([cancel("r-1", 5)], NOW_MS, deadline())
-    assert store.cancelled([message("r-1", 1), message("r-1", 9)], deadline()) == [True, False]
+    assert store.cancelled([message("r-1", 1), message("r-1", 9)], NOW_MS, deadline()) == [
+        True,
+        False,
+    ]
 
 
 def test_an_older_cancel_processed_later_does_not_replace_a_newer_one(store: MessageStore) -> None:
@@ -500,7 +507,7 @@ def test_an_older_cancel_processed_later_does_not_replace_a_newer_one(store: Mes
     assert store.markers(["r-1"], deadline()) == {
         "r-1": Marker(cancel=(NOW_MS + 50, "delay-requests-0-50"))
     }
-    assert store.cancelled([message("r-1", 30)], deadline()) == [True]
+    assert store.cancelled([message("r-1", 30)], NOW_MS, deadline()) == [True]
 
 
 def test_a_marker_written_before_cancels_had_times_cancels_every_message(
@@ -510,7 +517,7 @@ def test_a_marker_written_before_cancels_had_times_cancels_every_message(
         TableName=aws.settings.table_name,
         Item={**cancel_key("old", aws.settings.shards), "kind": {"S": "cancel"}},
     )
-    assert store.cancelled([message("old", 10**6)], deadline()) == [True]
+    assert store.cancelled([message("old", 10**6)], NOW_MS, deadline()) == [True]
 
 
 @pytest.mark.parametrize(
@@ -790,7 +797,9 @@ def test_a_marker_holding_only_a_reschedule_cancels_nothing(store: MessageStore)
     assert store.put_reschedules([(r, deadline())], NOW_MS) == [True]
     markers = store.markers(["r-1"], deadline())
     assert markers == {"r-1": Marker(moved=(r.ts_ms, r.src), moved_due_ms=r.due_ms)}
-    assert store.cancelled([moved(message("r-1", 10), r), message("r-1", 30)], deadline()) == [
+    assert store.cancelled(
+        [moved(message("r-1", 10), r), message("r-1", 30)], NOW_MS, deadline()
+    ) == [
         False,
         False,
     ]

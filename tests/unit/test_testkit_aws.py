@@ -258,7 +258,7 @@ def test_message_store_behaves_the_same_on_both(both_dynamodb: tuple[Any, FakeDy
             NOW_MS,
             deadline,
         )
-        flags = store.cancelled(requests, deadline)
+        flags = store.cancelled(requests, NOW_MS, deadline)
         cancelled = {r.delay_id for r, flag in zip(requests, flags, strict=True) if flag}
         assert store.read_watermark(deadline) is None
         first = store.create_watermark(100, NOW_MS, deadline)

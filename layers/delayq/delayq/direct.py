@@ -76,7 +76,7 @@ def deliver_direct(
     if not requests:
         return result
     try:
-        flags = store.cancelled(requests, deadline)
+        flags = store.cancelled(requests, clock(), deadline)
     except DelayQueueError as e:
         result.errors.append(f"cancel markers not read: {e}; {len(requests)} message(s) queued")
         result.fallback = list(requests)

@@ -416,7 +416,9 @@ class _EmitRun:
         if not ready:
             return ready
         try:
-            flags = self.services.store.cancelled([i.request for i in ready], self.deadline)
+            flags = self.services.store.cancelled(
+                [i.request for i in ready], self.clock(), self.deadline
+            )
         except DelayQueueError as e:
             failure = Undelivered(Failure.UNAVAILABLE, f"cancel markers not read: {e}")
             for item in ready:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from botocore.exceptions import ClientError
 
-from delayq import buckets
+from delayq import buckets, control_clock
 from delayq import constants as c
 from delayq.envelope import headers_from_json, headers_json
 from delayq.exceptions import StoreError, WatermarkConflictError
@@ -565,15 +565,17 @@ class MessageStore:
         return self._put_marker(
             "store reschedule marker",
             reschedule.delay_id,
-            {
+            ts_ms=reschedule.ts_ms,
+            now_ms=now_ms,
+            values={
                 c.ATTR_RESCHEDULE_ORDER: {"S": order_token(reschedule.ts_ms, reschedule.src)},
                 c.ATTR_RESCHEDULE_TS: {"N": str(reschedule.ts_ms)},
                 c.ATTR_RESCHEDULE_SRC: {"S": reschedule.src},
                 c.ATTR_RESCHEDULE_DUE_MS: {"N": str(reschedule.due_ms)},
                 "rescheduled_ms": {"N": str(now_ms)},
             },
-            expires,
-            deadline,
+            expires=expires,
+            deadline=deadline,
         )
 
     def _put_cancel(
@@ -583,28 +585,35 @@ class MessageStore:
         self._put_marker(
             "store cancel marker",
             cancel.delay_id,
-            {
+            ts_ms=cancel.ts_ms,
+            now_ms=now_ms,
+            values={
                 c.ATTR_CANCEL_ORDER: {"S": order_token(cancel.ts_ms, cancel.src)},
                 c.ATTR_CANCEL_TS: {"N": str(cancel.ts_ms)},
                 c.ATTR_CANCEL_SRC: {"S": cancel.src},
                 "cancelled_ms": {"N": str(now_ms)},
             },
-            expires,
-            deadline,
+            expires=expires,
+            deadline=deadline,
         )
 
     def _put_marker(
         self,
         operation: str,
         delay_id: str,
+        *,
+        ts_ms: int,
+        now_ms: int,
         values: Mapping[str, Item],
         expires: int,
         deadline: Deadline,
     ) -> bool:
         """Set ``values`` (attribute -> typed value; the first is the record's order token,
-        the second its timestamp) on the marker of ``delay_id``, unless it holds a later
-        record already: False then. One conditional UpdateItem. Markers written before order
-        tokens are compared by timestamp."""
+        the second its timestamp ``ts_ms``) on the marker of ``delay_id``, unless it holds a
+        later record already: False then. The id's control clock is raised first, so that an
+        emitter that sees the marker's effect cannot have skipped its read. One conditional
+        UpdateItem each. Markers written before order tokens are compared by timestamp."""
+        self._raise_clock(delay_id, ts_ms, now_ms, deadline)
         names = {f"#a{i}": name for i, name in enumerate(values)}
         attribute_values: Item = {f":a{i}": v for i, v in enumerate(values.values())}
         assignments = ", ".join(f"#a{i} = :a{i}" for i in range(len(values)))
@@ -633,6 +642,71 @@ class MessageStore:
                 raise
             return False
         return True
+
+    def _raise_clock(self, delay_id: str, ts_ms: int, now_ms: int, deadline: Deadline) -> None:
+        """Raise the bucket of ``delay_id`` in its shard's control clock to ``ts_ms``'s second
+        (created with its floor if missing); a later second already there stays."""
+        shard, bucket = control_clock.shard_and_bucket(delay_id, self._shards)
+        try:
+            self._call(
+                "raise control clock",
+                lambda: self._client.update_item(
+                    TableName=self._table,
+                    Key=control_clock.clock_key(shard),
+                    UpdateExpression="SET #f = if_not_exists(#f, :floor), kind = :kind, #b = :s",
+                    ConditionExpression="attribute_not_exists(#b) OR #b < :s",
+                    ExpressionAttributeNames={"#f": control_clock.ATTR_FLOOR, "#b": bucket},
+                    ExpressionAttributeValues={
+                        ":floor": {"N": str(control_clock.floor_for(now_ms))},
+                        ":kind": {"S": control_clock.KIND_CLOCK},
+                        ":s": {"N": str(control_clock.record_second(ts_ms))},
+                    },
+                ),
+                deadline,
+            )
+        except StoreError as e:
+            if not condition_failed(e):
+                raise
+
+    def control_clocks(
+        self, shards: Iterable[int], now_ms: int, deadline: Deadline
+    ) -> dict[int, control_clock.ControlClock]:
+        """The control clock of each shard, strongly consistent; a missing one is created
+        (its floor counts every marker written before it, ``FLOOR_MARGIN_SECONDS``)."""
+        wanted = sorted(set(shards))
+        items = self._batch_get(
+            "read control clocks", [control_clock.clock_key(s) for s in wanted], deadline
+        )
+        clocks = {
+            int(i[c.ATTR_PK]["S"].removeprefix(control_clock.CLOCK_PK_PREFIX)): (
+                control_clock.clock_of(i)
+            )
+            for i in items
+        }
+        for shard in wanted:
+            if shard not in clocks:
+                clocks[shard] = self._create_clock(shard, now_ms, deadline)
+        return clocks
+
+    def _create_clock(
+        self, shard: int, now_ms: int, deadline: Deadline
+    ) -> control_clock.ControlClock:
+        response = self._call(
+            "create control clock",
+            lambda: self._client.update_item(
+                TableName=self._table,
+                Key=control_clock.clock_key(shard),
+                UpdateExpression="SET #f = if_not_exists(#f, :floor), kind = :kind",
+                ExpressionAttributeNames={"#f": control_clock.ATTR_FLOOR},
+                ExpressionAttributeValues={
+                    ":floor": {"N": str(control_clock.floor_for(now_ms))},
+                    ":kind": {"S": control_clock.KIND_CLOCK},
+                },
+                ReturnValues="ALL_NEW",
+            ),
+            deadline,
+        )
+        return control_clock.clock_of(response["Attributes"])
 
     def claim_counter(
         self,
@@ -793,11 +867,24 @@ class MessageStore:
         )
         return {item[c.ATTR_SK]["S"]: _marker_of(item) for item in items}
 
-    def cancelled(self, requests: Sequence[DelayRequest], deadline: Deadline) -> list[bool]:
+    def cancelled(
+        self, requests: Sequence[DelayRequest], now_ms: int, deadline: Deadline
+    ) -> list[bool]:
         """For each request, whether a cancel or a reschedule applies to it
         (:meth:`Marker.applies`): two messages with one id may differ, when the id was
-        cancelled or rescheduled between them."""
-        markers = self.markers([r.delay_id for r in requests], deadline)
+        cancelled or rescheduled between them. Reads the clocks of the requests' shards, then
+        only the markers they do not rule out."""
+        if not requests:
+            return []
+        clocks = self.control_clocks(
+            (buckets.shard_of(r.delay_id, self._shards) for r in requests), now_ms, deadline
+        )
+        to_read = [
+            r
+            for r in requests
+            if clocks[buckets.shard_of(r.delay_id, self._shards)].may_apply(r, self._shards)
+        ]
+        markers = self.markers([r.delay_id for r in to_read], deadline) if to_read else {}
         return [r.delay_id in markers and markers[r.delay_id].applies(r) for r in requests]
 
     def versions_at(
