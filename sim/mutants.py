@@ -118,8 +118,8 @@ CATALOGUE: Final = (
         "clock-not-raised",
         "a cancel or reschedule marker is written without raising its id's control clock",
         "layers/delayq/delayq/store.py",
-        "        self._raise_clock(delay_id, ts_ms, now_ms, deadline)\n",
-        "",
+        "                self._raise_clock(shard, bucket, second, now_ms, deadline)",
+        "                pass",
         (0,),
     ),
     Mutant(

@@ -527,6 +527,7 @@ class MessageStore:
             ):
                 latest[cancel.delay_id] = cancel
         expires = self._marker_expires(now_ms)
+        self._raise_clocks([(x.delay_id, x.ts_ms, deadline) for x in latest.values()], now_ms)
         futures = [
             self._pool.submit(self._put_cancel, cancel, now_ms, expires, deadline)
             for cancel in latest.values()
@@ -549,6 +550,7 @@ class MessageStore:
         False when a reschedule of its id written after it is recorded already (that one
         wins, whatever order they are processed in)."""
         expires = self._marker_expires(now_ms)
+        self._raise_clocks([(r.delay_id, r.ts_ms, d) for r, d in reschedules], now_ms)
         futures = [
             self._pool.submit(self._put_reschedule, r, now_ms, expires, d) for r, d in reschedules
         ]
@@ -565,8 +567,6 @@ class MessageStore:
         return self._put_marker(
             "store reschedule marker",
             reschedule.delay_id,
-            ts_ms=reschedule.ts_ms,
-            now_ms=now_ms,
             values={
                 c.ATTR_RESCHEDULE_ORDER: {"S": order_token(reschedule.ts_ms, reschedule.src)},
                 c.ATTR_RESCHEDULE_TS: {"N": str(reschedule.ts_ms)},
@@ -585,8 +585,6 @@ class MessageStore:
         self._put_marker(
             "store cancel marker",
             cancel.delay_id,
-            ts_ms=cancel.ts_ms,
-            now_ms=now_ms,
             values={
                 c.ATTR_CANCEL_ORDER: {"S": order_token(cancel.ts_ms, cancel.src)},
                 c.ATTR_CANCEL_TS: {"N": str(cancel.ts_ms)},
@@ -602,18 +600,15 @@ class MessageStore:
         operation: str,
         delay_id: str,
         *,
-        ts_ms: int,
-        now_ms: int,
         values: Mapping[str, Item],
         expires: int,
         deadline: Deadline,
     ) -> bool:
         """Set ``values`` (attribute -> typed value; the first is the record's order token,
-        the second its timestamp ``ts_ms``) on the marker of ``delay_id``, unless it holds a
-        later record already: False then. The id's control clock is raised first, so that an
-        emitter that sees the marker's effect cannot have skipped its read. One conditional
-        UpdateItem each. Markers written before order tokens are compared by timestamp."""
-        self._raise_clock(delay_id, ts_ms, now_ms, deadline)
+        the second its timestamp) on the marker of ``delay_id``, unless it holds a later
+        record already: False then. One conditional UpdateItem. The caller raised the id's
+        control clock first (:meth:`_raise_clocks`). Markers written before order tokens are
+        compared by timestamp."""
         names = {f"#a{i}": name for i, name in enumerate(values)}
         attribute_values: Item = {f":a{i}": v for i, v in enumerate(values.values())}
         assignments = ", ".join(f"#a{i} = :a{i}" for i in range(len(values)))
@@ -643,10 +638,34 @@ class MessageStore:
             return False
         return True
 
-    def _raise_clock(self, delay_id: str, ts_ms: int, now_ms: int, deadline: Deadline) -> None:
-        """Raise the bucket of ``delay_id`` in its shard's control clock to ``ts_ms``'s second
-        (created with its floor if missing); a later second already there stays."""
-        shard, bucket = control_clock.shard_and_bucket(delay_id, self._shards)
+    def _raise_clocks(self, controls: Sequence[tuple[str, int, Deadline]], now_ms: int) -> None:
+        """Raise the control clock of each ``(id, record timestamp, deadline)`` before its
+        marker is written, so that an emitter that sees the marker's effect cannot have
+        skipped its read: one raise per bucket (its latest second), the buckets of one shard
+        one after another (one item), the shards in parallel."""
+        latest: dict[tuple[int, str], tuple[int, Deadline]] = {}
+        for delay_id, ts_ms, deadline in controls:
+            if deadline.expired():
+                continue  # its marker is not written either (a reschedule past its cutoff)
+            key = control_clock.shard_and_bucket(delay_id, self._shards)
+            second = control_clock.record_second(ts_ms)
+            if key not in latest or second > latest[key][0]:
+                latest[key] = (second, deadline)
+        by_shard: dict[int, list[tuple[str, int, Deadline]]] = {}
+        for (shard, bucket), (second, deadline) in sorted(latest.items()):
+            by_shard.setdefault(shard, []).append((bucket, second, deadline))
+
+        def raise_shard(shard: int, raises: list[tuple[str, int, Deadline]]) -> None:
+            for bucket, second, deadline in raises:
+                self._raise_clock(shard, bucket, second, now_ms, deadline)
+
+        _raise_first([self._pool.submit(raise_shard, s, r) for s, r in by_shard.items()])
+
+    def _raise_clock(
+        self, shard: int, bucket: str, second: int, now_ms: int, deadline: Deadline
+    ) -> None:
+        """Raise ``bucket`` of ``shard``'s control clock to ``second`` (the clock created with
+        its floor if missing); a later second already there stays."""
         try:
             self._call(
                 "raise control clock",
@@ -659,7 +678,7 @@ class MessageStore:
                     ExpressionAttributeValues={
                         ":floor": {"N": str(control_clock.floor_for(now_ms))},
                         ":kind": {"S": control_clock.KIND_CLOCK},
-                        ":s": {"N": str(control_clock.record_second(ts_ms))},
+                        ":s": {"N": str(second)},
                     },
                 ),
                 deadline,
