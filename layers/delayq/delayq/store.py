@@ -895,13 +895,12 @@ class MessageStore:
         only the markers they do not rule out."""
         if not requests:
             return []
-        clocks = self.control_clocks(
-            (buckets.shard_of(r.delay_id, self._shards) for r in requests), now_ms, deadline
-        )
+        shards = [buckets.shard_of(r.delay_id, self._shards) for r in requests]
+        clocks = self.control_clocks(shards, now_ms, deadline)
         to_read = [
             r
-            for r in requests
-            if clocks[buckets.shard_of(r.delay_id, self._shards)].may_apply(r, self._shards)
+            for r, shard in zip(requests, shards, strict=True)
+            if clocks[shard].may_apply(r, self._shards)
         ]
         markers = self.markers([r.delay_id for r in to_read], deadline) if to_read else {}
         return [r.delay_id in markers and markers[r.delay_id].applies(r) for r in requests]
