@@ -120,6 +120,9 @@ class ReplicatedDynamoDB:
     def batch_write_item(self, **kwargs: Any) -> Any:
         return self._write("batch_write_item", kwargs)
 
+    def transact_write_items(self, **kwargs: Any) -> Any:
+        return self._write("transact_write_items", kwargs)
+
     def get_item(self, **kwargs: Any) -> Any:
         return self._read("get_item", kwargs)
 
@@ -141,6 +144,9 @@ class ReplicatedDynamoDB:
             self.on_write(table, keys)
         replay = copy.deepcopy(kwargs)
         replay.pop("ConditionExpression", None)  # it held on the primary, in the same order
+        for entry in replay.get("TransactItems", []):
+            for body in entry.values():
+                body.pop("ConditionExpression", None)
         for n, follower in enumerate(self.followers):
             lag = self.world.rng.randint(0, self.knobs.stale_read_ms)
             self._applied_until[n] = max(self._applied_until[n], self.world.now_ms + lag)
@@ -193,6 +199,13 @@ def _write_units(name: str, kwargs: Mapping[str, Any]) -> dict[str, float]:
         return units
     if name == "put_item":
         return {kwargs["Item"]["pk"]["S"]: write_units(item_size(kwargs["Item"]))}
+    if name == "transact_write_items":
+        per_key: dict[str, float] = {}
+        for entry in kwargs["TransactItems"]:
+            ((kind, body),) = entry.items()
+            key = body["Item"] if kind == "Put" else body["Key"]
+            per_key[key["pk"]["S"]] = per_key.get(key["pk"]["S"], 0) + 2
+        return per_key
     return {kwargs["Key"]["pk"]["S"]: 1}
 
 
@@ -206,6 +219,14 @@ def _written_keys(name: str, kwargs: Mapping[str, Any]) -> dict[str, list[tuple[
                 key = put["Item"] if put else w["DeleteRequest"]["Key"]
                 out.setdefault(table, []).append((key["pk"]["S"], key["sk"]["S"]))
         return out
+    if name == "transact_write_items":
+        touched: dict[str, list[tuple[str, str]]] = {}
+        for entry in kwargs["TransactItems"]:
+            ((kind, body),) = entry.items()
+            if kind != "ConditionCheck":
+                key = body["Item"] if kind == "Put" else body["Key"]
+                touched.setdefault(body["TableName"], []).append((key["pk"]["S"], key["sk"]["S"]))
+        return touched
     key = kwargs["Item"] if name == "put_item" else kwargs["Key"]
     return {kwargs["TableName"]: [(key["pk"]["S"], key["sk"]["S"])]}
 

@@ -113,7 +113,7 @@ RELEASE_SPREAD_MS: Final = c.MAX_RELEASE_SPREAD_SECONDS * 1000
 class Violation:
     """One broken guarantee: what, of which message."""
 
-    # lost, early, cancel, reschedule, corrupt, refused, dead-lettered, iam, unretried, held,
+    # lost, early, cancel, reschedule, corrupt, refused, dead-lettered, iam, unretried, stuck, held,
     # counted, cap, priority, misrouted
     kind: str
     delay_id: str
@@ -261,6 +261,9 @@ class Checker:
         for u in self.p.retries.found:
             detail = f"{u.function} never retried {u.call} after {u.error} at {u.at_ms}"
             verdict.violations.append(Violation("unretried", u.function, 0, detail))
+        for s in self.p.kafka.stuck:
+            detail = f"ingest fails the batch at offset {s.offset} for good: {s.error}"
+            verdict.violations.append(Violation("stuck", f"partition {s.partition}", 0, detail))
         verdict.violations.extend(self._overcounted())
         verdict.violations.extend(self._over_cap())
         verdict.violations.extend(self._misrouted())
@@ -492,6 +495,7 @@ class Checker:
             for d in self.deliveries.get((message.delay_id, due), [])
             if self.sources.get(id(d)) is message
         ]
+        self._check_one_time(message, delivered, verdict)
         if any(self._early_enough(cancel, min(dues)) for cancel in cancels):
             verdict.cancelled += 1
             for d in delivered:
@@ -647,6 +651,13 @@ class Checker:
         return ack is not None and (
             ack <= due_ms + RELEASE_SLACK_MS + self.hold_ms or self._near_outage(due_ms)
         )
+
+    def _check_one_time(self, message: Intent, delivered: list[Produced], verdict: Verdict) -> None:
+        """A reschedule moves a message or not: its deliveries all carry one due time."""
+        times = sorted({int(d.record.header(c.HEADER_DUE_MS) or 0) for d in delivered})
+        if len(times) > 1:
+            detail = f"delivered at more than one of its times: {times}"
+            verdict.violations.append(Violation("reschedule", message.delay_id, times[0], detail))
 
     def _early_enough(self, control: Intent, due_ms: int) -> bool:
         """Acknowledged at least the emitter's hold + 2 s before ``due_ms``."""

@@ -5,8 +5,10 @@ Each knob is a documented behaviour of the service, at a rate a campaign can tur
 
 - every AWS call: a latency; throttling; a network error before the request reached AWS
   (botocore's ``EndpointConnectionError``); a response lost after the request took effect
-  (``ReadTimeoutError``: the write happened, the caller does not know); the process dying
-  before or after the call (a crash, or Lambda's timeout when the clock passes it);
+  (``ReadTimeoutError``: the write happened, the caller does not know); a DynamoDB write that
+  takes effect after the caller gave up on it (its read timed out; a signed request is
+  accepted up to five minutes after its timestamp); the process dying before or after the
+  call (a crash, or Lambda's timeout when the clock passes it);
 - batch calls: some entries not done (DynamoDB ``UnprocessedItems`` / ``UnprocessedKeys``,
   SQS ``Failed[]``), the others done;
 - the rest (eventual consistency, TTL lag, at-least-once streams and queues, late ticks,
@@ -15,6 +17,8 @@ Each knob is a documented behaviour of the service, at a rate a campaign can tur
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final
@@ -23,6 +27,13 @@ from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeou
 
 from delayq_local.iam import IamGuard
 from sim.world import SAFETY_MS, Crash, Invocation, World
+
+# DynamoDB writes of one request (a batch write's entries are retried by the caller anyway).
+_SINGLE_WRITES: Final = frozenset(
+    {"put_item", "update_item", "delete_item", "transact_write_items"}
+)
+# What the caller waits before its read times out (the layer's default read timeout).
+_READ_TIMEOUT_MS: Final = 5_000
 
 # Calls that are not API requests of the functions (set-up, inspection).
 _NOT_API: Final = frozenset({"create_table", "create_queue", "create_bucket", "items", "messages"})
@@ -46,6 +57,13 @@ class Knobs:
     throttle: float = 0.003
     network_error: float = 0.003
     response_lost: float = 0.003
+    # A DynamoDB write whose caller times out (after the layer's read timeout) and which takes
+    # effect later, within the bounds (AWS: "a request must reach AWS within five minutes of
+    # the time stamp in the request"), its conditions judged when it lands: most land within
+    # seconds of the call (late_effect_mean_ms past the first bound), a few minutes later.
+    late_effect: float = 0.002
+    late_effect_ms: tuple[int, int] = (1_000, 300_000)
+    late_effect_mean_ms: int = 5_000
     crash_before_call: float = 0.0007
     crash_after_call: float = 0.0007
     partial_batch: float = 0.02  # per batch call: some entries fail, the others are done
@@ -107,6 +125,8 @@ class Knobs:
         """No fault at all (AWS on a good day; the checker's baseline)."""
         kept = (
             "latency_ms",
+            "late_effect_ms",
+            "late_effect_mean_ms",
             "stale_read_ms",
             "ttl_lag_s",
             "ttl_prompt",
@@ -273,6 +293,7 @@ class Faulty:
         draw_crash_before, draw_crash_after = not crash_before <= 0, not crash_after <= 0
         draw_throttle, draw_network_error = not throttle <= 0, not network_error <= 0
         draw_response_lost = not response_lost <= 0
+        late = self._late_of(name, method)
         partial = self._partial_of(name, method)
 
         def call(**kwargs: Any) -> Any:
@@ -297,6 +318,8 @@ class Faulty:
                 if draw_network_error and not random() >= network_error:
                     faults["network-error"] += 1
                     raise EndpointConnectionError(endpoint_url=endpoint)
+                if late is not None:
+                    late(kwargs)
                 result = partial(kwargs) if partial is not None else method(**kwargs)
                 if draw_response_lost and not random() >= response_lost:
                     faults["response-lost"] += 1
@@ -311,6 +334,41 @@ class Faulty:
             return result
 
         return call
+
+    def _late_of(
+        self, name: str, method: Callable[..., Any]
+    ) -> Callable[[dict[str, Any]], None] | None:
+        """For a DynamoDB write: what may make it land late (it then raises the caller's read
+        timeout and takes effect later, its conditions judged then); None for other calls."""
+        world, knobs = self._world, self._knobs
+        if self._service != "dynamodb" or name not in _SINGLE_WRITES or knobs.late_effect <= 0:
+            return None
+        # Its own random stream: turning it up leaves every other draw of a seed as it was.
+        draw, call_name, endpoint = world.side_rng, f"dynamodb.{name}", self._endpoint
+
+        def land(kwargs: dict[str, Any]) -> None:
+            keys = [kwargs.get("Key") or kwargs.get("Item")]
+            keys += [b.get("Key") for i in kwargs.get("TransactItems", []) for b in i.values()]
+            what = f"{call_name} of {[(k['pk']['S'], k['sk']['S']) for k in keys if k]}"
+            try:
+                method(**kwargs)
+            except ClientError as e:  # its condition failed when it landed, or it was throttled
+                world.note(f"{what} landed late and failed: {e.response['Error']['Code']}")
+            else:
+                world.note(f"{what} landed late")
+
+        def maybe_late(kwargs: dict[str, Any]) -> None:
+            if draw.random() >= knobs.late_effect:
+                return
+            world.faults["late-effect"] += 1
+            low, high = knobs.late_effect_ms
+            lag = min(high, round(low + draw.expovariate(1 / knobs.late_effect_mean_ms)))
+            world.at(world.now_ms + lag, functools.partial(land, copy.deepcopy(kwargs)))
+            world.pause(_READ_TIMEOUT_MS)
+            world.check_alive()
+            raise ReadTimeoutError(endpoint_url=endpoint)
+
+        return maybe_late
 
     def _partial_of(
         self, name: str, method: Callable[..., Any]

@@ -76,6 +76,8 @@ class Functions:
         self.knobs = knobs
         self.retries = retries
         self.invocations: dict[str, int] = dict.fromkeys(TIMEOUT_S, 0)
+        # What the invocation that just failed raised (None when it died), for ``done``.
+        self.last_failure: Exception | None = None
         self._containers = {f: _Containers(partial(build, f)) for f in TIMEOUT_S}
 
     def invoke(
@@ -97,6 +99,7 @@ class Functions:
 
         def run(invocation: Invocation) -> None:
             ok = alive = False
+            self.last_failure = None
             try:
                 body(container, invocation)
                 self.world.check_alive()
@@ -105,6 +108,7 @@ class Functions:
                 self.world.note(f"{function} #{invocation.number} died: {e}")
             except Exception as e:  # noqa: BLE001 -- the invocation failed: the source retries
                 self.world.note(f"{function} #{invocation.number} failed: {type(e).__name__}: {e}")
+                self.last_failure = e
                 alive = True
             self.retries.ended(invocation, killed=not alive)
             if alive:  # a dead process takes its container with it

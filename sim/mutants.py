@@ -118,7 +118,7 @@ CATALOGUE: Final = (
         "clock-not-raised",
         "a cancel or reschedule marker is written without raising its id's control clock",
         "layers/delayq/delayq/store.py",
-        "                self._raise_clock(shard, bucket, second, now_ms, deadline)",
+        "                self._update_clock(shard, bucket, second, now_ms, deadline)",
         "                pass",
         (0,),
     ),

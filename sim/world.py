@@ -79,6 +79,8 @@ class World:
     seed: int
     now_ms: int
     rng: random.Random = field(init=False)
+    # A second stream, for knobs added later: turning one up leaves ``rng``'s draws as they were.
+    side_rng: random.Random = field(init=False)
     faults: Counter[str] = field(default_factory=Counter)
     history: list[str] = field(default_factory=list)
     _heap: list[tuple[int, int, Action]] = field(default_factory=list)
@@ -92,6 +94,7 @@ class World:
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
+        self.side_rng = random.Random(f"side-{self.seed}")
         self._random = self.rng.random  # chance() draws half a million times a seed
 
     # --- time and events ------------------------------------------------------------------

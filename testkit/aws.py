@@ -730,6 +730,53 @@ class FakeDynamoDB:
         returned = {"UPDATED_NEW": updated, "ALL_NEW": new}.get(ReturnValues)
         return {} if returned is None else {"Attributes": copy.deepcopy(returned)}
 
+    def transact_write_items(self, *, TransactItems: Sequence[Mapping[str, Any]]) -> dict[str, Any]:  # noqa: N803
+        """``ConditionCheck``, ``Update`` and ``Put`` items, all or none: every condition is
+        judged first; when one fails, ``TransactionCanceledException`` with a reason per item
+        (``ConditionalCheckFailed`` or ``None``), as DynamoDB answers. Two write units per KB
+        of each item (condition checks included)."""
+        operation = "TransactWriteItems"
+        reasons: list[dict[str, str]] = []
+        units = 0
+        for entry in TransactItems:
+            ((kind, body),) = entry.items()
+            if kind not in ("ConditionCheck", "Update", "Put"):
+                raise NotImplementedError(f"transaction item {kind!r} not supported")
+            table = self._table(body["TableName"], operation)
+            pk, sk = self._key(body["Item"] if kind == "Put" else body["Key"], operation)
+            old = self._get(table, pk, sk)
+            units += 2 * write_units(old.size if old else 1)
+            expression = body.get("ConditionExpression")
+            expr = _Expression(
+                body.get("ExpressionAttributeNames") or {},
+                body.get("ExpressionAttributeValues") or {},
+                operation,
+            )
+            held = not expression or expr.condition(expression, old.item if old else None)
+            reasons.append({"Code": "None"} if held else {"Code": "ConditionalCheckFailed"})
+        self.counter.record(self.service, operation, wru=units)
+        if any(r["Code"] != "None" for r in reasons):
+            codes = ", ".join(r["Code"] for r in reasons)
+            error = _error(
+                operation,
+                "TransactionCanceledException",
+                "Transaction cancelled, please refer cancellation reasons for specific "
+                f"reasons [{codes}]",
+            )
+            error.response["CancellationReasons"] = reasons
+            raise error
+        counter, self.counter = self.counter, RequestCounter()  # counted above, as a whole
+        try:
+            for entry in TransactItems:
+                ((kind, body),) = entry.items()
+                if kind == "Update":
+                    self.update_item(**body)  # its condition held a moment ago: it holds
+                elif kind == "Put":
+                    self.put_item(**body)
+        finally:
+            self.counter = counter
+        return {}
+
 
 # --- SQS -----------------------------------------------------------------------------------
 

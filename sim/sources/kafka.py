@@ -1,12 +1,20 @@
 """Kafka -> ingest: per partition, one batch at a time, in order; a batch whose invocation
-fails or dies is retried whole (its records are acknowledged only when it succeeds)."""
+fails or dies is retried whole (its records are acknowledged only when it succeeds). A batch
+that ingest fails with a programming error (not an AWS or delay-queue error) three times in a
+row blocks its partition for good, as it would on AWS: the run records it (the checker's
+``stuck``) and stops retrying it, so that the seed ends with its story instead of retrying to
+the end of the run."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from botocore.exceptions import BotoCoreError, ClientError
+from confluent_kafka import KafkaException
+
 from delayq.direct import DirectServices
+from delayq.exceptions import DelayQueueError
 from delayq.ingest import IngestServices, ingest_batch
 from delayq.settings import Settings
 from sim.functions import Container, Functions
@@ -17,6 +25,27 @@ from testkit.events import kafka_event
 # From template.yaml: the ingest event source's BatchSize and batching window.
 INGEST_BATCH: Final = 100
 INGEST_WINDOW_MS: Final = 500
+# Failures of one batch by the same kind of bug before its partition counts as blocked.
+STUCK_AFTER: Final = 3
+
+
+@dataclass
+class Stuck:
+    """A partition ingest can no longer pass: the first offset of the batch it keeps failing,
+    and what it raised."""
+
+    partition: int
+    offset: int
+    error: str
+    at_ms: int
+
+
+def is_bug(error: Exception | None) -> bool:
+    """Whether a failed invocation raised what no retry fixes (not an AWS error, not the
+    layer's own ``DelayQueueError``, not a crash or a timeout)."""
+    return error is not None and not isinstance(
+        error, DelayQueueError | ClientError | BotoCoreError | KafkaException
+    )
 
 
 @dataclass
@@ -36,6 +65,9 @@ class Partition:
     committed: int = 0
     busy: bool = False
     polling: bool = False
+    # Consecutive failures of the batch at ``committed`` by a bug (``is_bug``).
+    bugs: int = 0
+    stuck: bool = False
 
 
 class KafkaSource:
@@ -49,6 +81,7 @@ class KafkaSource:
         self.partitions = [Partition(n) for n in range(PARTITIONS)]
         self.acked: list[Acked] = []
         self.stalls: list[tuple[int, int, int]] = []
+        self.stuck: list[Stuck] = []
 
     def write(self, partition: int, record: dict[str, Any]) -> None:
         """A producer writes a record to the delay topic (the broker assigns its offset)."""
@@ -57,7 +90,7 @@ class KafkaSource:
         self._poll_partition(p, INGEST_WINDOW_MS)
 
     def _poll_partition(self, p: Partition, after_ms: int) -> None:
-        if p.busy or p.polling or p.committed >= len(p.records):
+        if p.busy or p.polling or p.stuck or p.committed >= len(p.records):
             return
         p.polling = True
         self.world.at(self.world.now_ms + after_ms, lambda: self._ingest(p))
@@ -100,9 +133,18 @@ class KafkaSource:
             p.busy = False
             if ok:
                 p.committed += len(batch)
+                p.bugs = 0
                 self.acked.extend(Acked(r, self.world.now_ms) for r in batch)
                 self._poll_partition(p, 0)
-            else:
-                self._poll_partition(p, self.world.rng.randint(500, 3000))
+                return
+            error = self.functions.last_failure
+            p.bugs = p.bugs + 1 if is_bug(error) else 0
+            if p.bugs >= STUCK_AFTER:
+                p.stuck = True
+                found = Stuck(p.number, p.committed, repr(error), self.world.now_ms)
+                self.stuck.append(found)
+                self.world.note(f"delay-requests-{p.number} blocked at {p.committed}: {error!r}")
+                return
+            self._poll_partition(p, self.world.rng.randint(500, 3000))
 
         self.functions.invoke("ingest", body, done)

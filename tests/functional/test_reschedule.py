@@ -4,13 +4,17 @@ cancels before and after, redelivered records, too late, and ids reused after a 
 from __future__ import annotations
 
 import base64
+import contextlib
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError, ReadTimeoutError
 
 from delayq import buckets
+from delayq import constants as c
 from delayq.emitter import EmitResult
 from delayq.envelope import decode_body
+from delayq.exceptions import DelayQueueError
 from delayq.ingest import IngestResult
 from testkit.clock import NOW_MS
 from testkit.events import kafka_event, kafka_record
@@ -355,3 +359,83 @@ def test_a_message_never_rescheduled_makes_no_reschedule_request(p: Pipeline) ->
     keys = read["RequestItems"][p.settings.table_name]["Keys"]
     assert {k["pk"]["S"].split("#")[0] for k in keys} == {"clock"}
     assert len(emitted(p)) == 2
+
+
+class LateWrites:
+    """A DynamoDB client whose reschedule-marker writes time out for the caller and take
+    effect later, when the test lands them (AWS accepts a signed request up to five minutes
+    after its timestamp; the layer's read timeout is seconds)."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.held: list[tuple[str, dict[str, Any]]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def _marker(self, kwargs: dict[str, Any]) -> bool:
+        return str(kwargs["Key"]["pk"]["S"]).startswith(c.CANCEL_PK_PREFIX) and (
+            c.ATTR_RESCHEDULE_ORDER in kwargs.get("ExpressionAttributeNames", {}).values()
+        )
+
+    def update_item(self, **kwargs: Any) -> Any:
+        if not self._marker(kwargs):
+            return self.real.update_item(**kwargs)
+        self.held.append(("update_item", kwargs))
+        raise ReadTimeoutError(endpoint_url="https://dynamodb.eu-west-1.amazonaws.com")
+
+    def transact_write_items(self, **kwargs: Any) -> Any:
+        if not any("Update" in i and self._marker(i["Update"]) for i in kwargs["TransactItems"]):
+            return self.real.transact_write_items(**kwargs)
+        self.held.append(("transact_write_items", kwargs))
+        raise ReadTimeoutError(endpoint_url="https://dynamodb.eu-west-1.amazonaws.com")
+
+    def land(self) -> None:
+        """Every held write takes effect now (its conditions judged now)."""
+        for name, kwargs in self.held:
+            with contextlib.suppress(ClientError):
+                getattr(self.real, name)(**kwargs)
+        self.held.clear()
+
+
+@pytest.mark.parametrize(
+    ("order", "delivered_at"),
+    [
+        # Lands after the emitter read the markers: refused, the old time only.
+        (("emit", "land", "retry"), OLD_DUE_MS),
+        # The retried batch refuses it first, then it lands: refused, the old time only.
+        (("retry", "land", "emit"), OLD_DUE_MS),
+        # Lands before the emitter reads: moved, the new time only (the retry completes it).
+        (("land", "emit", "retry"), LATER_MS),
+        (("land", "retry", "emit"), LATER_MS),
+    ],
+    ids=["emit-land-retry", "retry-land-emit", "land-emit-retry", "land-retry-emit"],
+)
+def test_a_reschedule_whose_write_lands_after_its_cutoff_moves_the_message_or_not_never_both(
+    p: Pipeline, order: tuple[str, ...], delivered_at: int
+) -> None:
+    # The marker write is sent before the cutoff and times out; it takes effect later, before
+    # or after the emitter reads the message's markers and the redelivered batch runs.
+    ingest(p, send())
+    cutoff = OLD_DUE_MS - p.settings.max_hold_ms - c.RESCHEDULE_MARGIN_MS
+    p.clock.now_ms = cutoff - 1000
+    record = move(2, LATER_MS, timestamp=cutoff - 1000)
+    late = LateWrites(p.aws.dynamodb)
+    with pytest.raises(DelayQueueError):
+        p.with_store_client(late).ingest(kafka_event(record))
+    assert late.held
+    p.clock.now_ms = cutoff + 500
+    for step in order:
+        if step == "emit":
+            deliver_around(p, OLD_DUE_MS)
+        elif step == "land":
+            late.land()
+        else:
+            ingest(p, record)
+    deliver_around(p, LATER_MS)
+    assert emitted(p) == [("r-1", delivered_at, b"payload of r-1 at 1")]
+    if delivered_at == OLD_DUE_MS:
+        [reject] = rejects(p)
+        assert reject["reason"] == "reschedule-too-late"
+    else:
+        assert rejects(p) == []

@@ -11,12 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.exceptions import EndpointConnectionError
 
 from delayq import constants as c
 from delayq import ingest, retry, shaping, store
 from delayq.buckets import expires_at
 from delayq.cleanup import TtlCleanup
 from delayq.envelope import Envelope
+from delayq.exceptions import StoreError
 from delayq.kafka import KafkaDelivery, OutRecord
 from delayq.limits import TenantLimits
 from delayq.pending import PendingCounts
@@ -30,8 +32,9 @@ from sim.faults import Knobs
 from sim.iam import roles
 from sim.pipeline import Pipeline, sim_settings
 from sim.run import run_seed, simulate
+from sim.sources import kafka as kafka_source
 from sim.sources.stream import STREAM_PARALLELIZATION, lane_of
-from sim.workload import CAPPED, DEFERRED, METERED, Shape, Workload
+from sim.workload import CAPPED, DEFERRED, METERED, PARTITIONS, Shape, Workload
 from sim.world import Crash, World
 from testkit.clock import NOW_MS
 from testkit.kafka import ProducedRecord
@@ -66,6 +69,29 @@ def test_the_same_seed_gives_the_same_history() -> None:
     assert first.faults == again.faults
     assert first.verdict.lateness == again.verdict.lateness
     assert other.fingerprint != first.fingerprint
+
+
+def test_an_ingest_bug_on_every_batch_ends_the_seed_with_its_partitions_blocked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A handler that raises on every batch would be retried to the end of the run (its
+    # records never acknowledged, so never checked): each partition is blocked instead.
+    def broken(*_: Any, **__: Any) -> None:
+        raise TypeError("unsupported operand type(s) for +: 'int' and 'str'")
+
+    monkeypatch.setattr(kafka_source, "ingest_batch", broken)
+    pipeline, workload = simulate(11, SMALL, Knobs.calm())
+    found = [v for v in Checker(pipeline, workload).run().violations if v.kind == "stuck"]
+    assert {v.delay_id for v in found} == {f"partition {n}" for n in range(PARTITIONS)}
+    assert all("TypeError" in v.detail and "offset 0" in v.detail for v in found)
+    assert pipeline.functions.invocations["ingest"] == kafka_source.STUCK_AFTER * PARTITIONS
+
+
+def test_errors_a_retry_may_fix_never_block_a_partition() -> None:
+    assert kafka_source.is_bug(KeyError("x"))
+    assert not kafka_source.is_bug(None)  # the invocation died (a crash, its timeout)
+    assert not kafka_source.is_bug(StoreError("throttled until the deadline"))
+    assert not kafka_source.is_bug(EndpointConnectionError(endpoint_url="https://dynamodb"))
 
 
 def test_without_faults_every_message_is_delivered_once() -> None:

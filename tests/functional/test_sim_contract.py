@@ -170,6 +170,29 @@ def test_a_chain_of_reschedules_delivered_at_the_first_time_is_a_violation() -> 
     assert any("old time" in v.detail for v in violations)
 
 
+def test_a_message_delivered_at_its_old_and_its_new_time_is_a_violation() -> None:
+    """Whatever the reschedule's timing (here too late to be sure to win): it either moves the
+    message or not, never both."""
+    pipeline, workload = calm_run()
+    message = _delivered_alone(pipeline, workload, stored=True)
+    moved = message.due_ms + 120_000
+    late = _reschedule(message, message.due_ms - message.send_ms - 500, message.due_ms, moved)
+    old = next(
+        p for p in pipeline.cluster.log if p.record.header(c.HEADER_ID) == message.delay_id.encode()
+    )
+    at_new = {c.HEADER_DUE_MS, c.HEADER_EMITTED_MS}
+    headers = tuple((n, str(moved).encode() if n in at_new else v) for n, v in old.record.headers)
+    copy = dataclasses.replace(
+        old, record=dataclasses.replace(old.record, headers=headers), at_ms=moved
+    )
+    with planted(pipeline, workload, [late]) as checker:
+        assert _kinds(checker) == set()
+    with planted(pipeline, workload, [late], [*pipeline.cluster.log, copy]) as checker:
+        violations = checker.run().violations
+    assert {v.kind for v in violations} == {"reschedule"}
+    assert any("more than one of its times" in v.detail for v in violations)
+
+
 def test_a_quota_reject_with_the_quota_unused_is_a_violation() -> None:
     pipeline, workload = limited_run()
     checker = Checker(pipeline, workload)

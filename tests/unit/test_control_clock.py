@@ -14,13 +14,14 @@ from delayq import buckets
 from delayq.control_clock import (
     BUCKETS_PER_SHARD,
     FLOOR_MARGIN_SECONDS,
+    PENDING_SECONDS,
     ControlClock,
     clock_key,
     shard_and_bucket,
 )
 from delayq.records import CancelRequest, DelayRequest, RescheduleRequest
 from delayq.retry import Deadline
-from delayq.store import MessageStore, cancel_key
+from delayq.store import MessageStore, RescheduleWrite, cancel_key
 from testkit.aws import item_size, read_units, write_units
 from testkit.clock import NOW_MS, no_sleep_backoff
 from tests.factories import AwsResources, ClientProxy, delay_request
@@ -165,7 +166,13 @@ def test_the_clock_keeps_the_latest_second_whatever_order_controls_come_in(
     # A cancel and a reschedule from two partitions, the later record ingested first.
     store.put_cancels([cancel("r-1", NOW_MS + 50_000)], NOW_MS, deadline())
     store.put_reschedules(
-        [(RescheduleRequest("r-1", NOW_MS, NOW_MS + HOUR_MS, "t-2-3", NOW_MS + 1_000), deadline())],
+        [
+            (
+                RescheduleRequest("r-1", NOW_MS, NOW_MS + HOUR_MS, "t-2-3", NOW_MS + 1_000),
+                0,
+                deadline(),
+            )
+        ],
         NOW_MS,
     )
     item = clock_item(aws, shard)
@@ -178,6 +185,7 @@ def test_the_clock_keeps_the_latest_second_whatever_order_controls_come_in(
         [
             (
                 RescheduleRequest("r-1", NOW_MS, NOW_MS + HOUR_MS, "t-2-4", NOW_MS + 90_000),
+                0,
                 deadline(),
             )
         ],
@@ -187,6 +195,7 @@ def test_the_clock_keeps_the_latest_second_whatever_order_controls_come_in(
         [
             (
                 RescheduleRequest("r-1", NOW_MS, NOW_MS + HOUR_MS, "t-2-4", NOW_MS + 90_000),
+                0,
                 deadline(),
             )
         ],
@@ -224,8 +233,81 @@ def test_a_copy_of_a_message_moved_twice_is_dropped_by_the_later_reschedule(
     )
     # One at a time: moto's conditional writes are not atomic across threads (DynamoDB's are).
     for reschedule in (first, second):
-        store.put_reschedules([(reschedule, deadline())], NOW_MS + 20_000)
+        store.put_reschedules([(reschedule, 0, deadline())], NOW_MS + 20_000)
     copy = replace(
         message("r-1", NOW_MS), due_ms=first.due_ms, moved_ts_ms=first.ts_ms, moved_src=first.src
     )
     assert store.cancelled([copy], NOW_MS + 30_000, deadline()) == [True]
+
+
+def reschedule(ts_ms: int, src: str = "t-2-4") -> RescheduleRequest:
+    return RescheduleRequest("r-1", NOW_MS, NOW_MS + HOUR_MS, src, ts_ms)
+
+
+def test_a_reschedule_announces_itself_until_its_write_can_no_longer_land(
+    aws: AwsResources,
+) -> None:
+    store = make_store(aws.dynamodb, aws)
+    shard, _ = shard_and_bucket("r-1", aws.settings.shards)
+    store.put_reschedules([(reschedule(NOW_MS), NOW_S + 600, deadline())], NOW_MS)
+    assert clock_item(aws, shard)["p"] == {"N": str(NOW_S + PENDING_SECONDS)}
+    # 900 s of an invocation, then five minutes during which AWS accepts a signed request.
+    assert PENDING_SECONDS >= 900 + 300
+    # An earlier announcement never shortens a later one; a cancel announces nothing.
+    store.put_reschedules([(reschedule(NOW_MS, "t-2-5"), NOW_S + 600, deadline())], NOW_MS - 5000)
+    store.put_cancels([cancel("r-1", NOW_MS)], NOW_MS + 60_000, deadline())
+    assert clock_item(aws, shard)["p"] == {"N": str(NOW_S + PENDING_SECONDS)}
+
+
+def test_a_marker_write_that_lands_after_the_emitter_sealed_its_second_changes_nothing(
+    aws: AwsResources,
+) -> None:
+    store = make_store(aws.dynamodb, aws)
+    old = message("r-1", NOW_MS)  # released at its due second
+    release_s = old.release_at_ms // 1000
+    first = reschedule(NOW_MS + 1_000)
+    store.put_reschedules([(first, release_s, deadline())], NOW_MS + 1_000)
+    # The emitter finds the announcement, seals the second, then reads the marker.
+    assert store.cancelled([old], NOW_MS + 2_000, deadline()) == [True]
+    shard, _ = shard_and_bucket("r-1", aws.settings.shards)
+    assert clock_item(aws, shard)["z"] == {"N": str(release_s)}
+    # A later reschedule of the same version is refused: written now, it would land after
+    # the emitter's read.
+    later = reschedule(NOW_MS + 2_000, "t-2-9")
+    assert store.put_reschedules([(later, release_s, deadline())], NOW_MS + 3_000) == [
+        RescheduleWrite.SEALED
+    ]
+    assert store.markers(["r-1"], deadline())["r-1"].moved == (first.ts_ms, first.src)
+    # A version released after the sealed second can still be moved.
+    assert store.put_reschedules([(later, release_s + 1, deadline())], NOW_MS + 3_000) == [
+        RescheduleWrite.RECORDED
+    ]
+    # A seal never goes back.
+    store.seal({shard: release_s - 10}, NOW_MS, deadline())
+    assert clock_item(aws, shard)["z"] == {"N": str(release_s)}
+
+
+def test_the_emitter_seals_only_a_shard_with_an_announced_reschedule_it_must_read(
+    aws: AwsResources,
+) -> None:
+    updates = ClientProxy(aws.dynamodb, update_item=aws.dynamodb.update_item)
+    store = make_store(updates, aws)
+    store.control_clocks(range(aws.settings.shards), LONG_AGO_MS, deadline())
+    later = message("r-1", NOW_MS + 60_000)
+    store.put_cancels([cancel("r-1", NOW_MS)], NOW_MS, deadline())
+    updates.calls.clear()
+    # A cancel announces nothing: the emitter reads the marker without sealing.
+    assert store.cancelled([message("r-1", NOW_MS - 1_000)], NOW_MS, deadline()) == [True]
+    assert updates.calls == []
+    store.put_reschedules([(reschedule(NOW_MS), 0, deadline())], NOW_MS)
+    updates.calls.clear()
+    # A message no control can apply to (written after every control of its bucket): no seal.
+    assert store.cancelled([later], NOW_MS + 61_000, deadline()) == [False]
+    assert updates.calls == []
+    # Once the announcement has expired, no seal either.
+    old = message("r-1", NOW_MS - 1_000)
+    expired_ms = (NOW_S + PENDING_SECONDS + 1) * 1000
+    store.cancelled([old], expired_ms, deadline())
+    assert updates.calls == []
+    store.cancelled([old], NOW_MS + 1_000, deadline())
+    assert [kw["ExpressionAttributeNames"]["#b"] for _, kw in updates.calls] == ["z"]

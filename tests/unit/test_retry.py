@@ -77,6 +77,24 @@ def test_client_mistakes_are_not_retryable(code: str) -> None:
     assert not is_retryable(client_error(code, status=400))
 
 
+@pytest.mark.parametrize(
+    ("reasons", "retryable"),
+    [
+        (["None", "TransactionConflict"], True),  # another write of the item was in flight
+        (["ThrottlingError", "None"], True),
+        (["ConditionalCheckFailed", "None"], False),
+        (["ConditionalCheckFailed", "TransactionConflict"], False),  # it fails again anyway
+        ([], False),
+    ],
+)
+def test_a_cancelled_transaction_is_retried_only_for_what_another_try_may_fix(
+    reasons: list[str], retryable: bool
+) -> None:
+    error = client_error("TransactionCanceledException")
+    error.response["CancellationReasons"] = [{"Code": r} for r in reasons]
+    assert is_retryable(error) is retryable
+
+
 def test_non_aws_errors_are_not_retryable() -> None:
     assert not is_retryable(TimeoutError("socket"))
 

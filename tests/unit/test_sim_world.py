@@ -290,6 +290,42 @@ def test_unprocessed_items_are_not_written_and_are_handed_back() -> None:
     assert len(written) + len(left) == 20
 
 
+def test_a_late_write_times_out_for_its_caller_and_lands_later_under_its_condition() -> None:
+    # AWS: "a request must reach AWS within five minutes of the time stamp in the request";
+    # the caller stops waiting at its read timeout, not when the write takes effect.
+    w = world(7)
+    knobs = replace(CALM, late_effect=1.0, late_effect_ms=(60_000, 60_000))  # a minute late
+    table, client = dynamodb(w, knobs)
+    conditional = {
+        "TableName": TABLE,
+        "Key": {"pk": {"S": "p"}, "sk": {"S": "s"}},
+        "UpdateExpression": "SET v = :v",
+        "ConditionExpression": "attribute_not_exists(v)",
+        "ExpressionAttributeValues": {":v": {"N": "1"}},
+    }
+    outcome: list[BaseException] = []
+
+    def body(_: Invocation) -> None:
+        try:
+            client.update_item(**conditional)
+        except ReadTimeoutError as e:
+            outcome.append(e)
+
+    w.invoke("ingest", 60, body)
+    w.run_until(NOW_MS + 6_000)
+    assert len(outcome) == 1  # after the read timeout
+    assert table.items(TABLE) == []
+    w.run_until(NOW_MS + 61_000)
+    assert table.items(TABLE) == [{"pk": {"S": "p"}, "sk": {"S": "s"}, "v": {"N": "1"}}]
+    # A second one's condition is judged when it lands: it fails then, and changes nothing.
+    w.invoke("ingest", 60, body)
+    w.run_until(NOW_MS + 130_000)
+    assert len(outcome) == 2
+    assert any("landed late and failed" in line for line in w.history)
+    # Reads and batch writes are never late; nor is anything without the knob.
+    assert dynamodb(world(7), CALM)[1].update_item(**conditional) == {}
+
+
 def test_unprocessed_keys_are_handed_back() -> None:
     w = world(5)
     table, client = dynamodb(w, replace(CALM, partial_batch=1.0))

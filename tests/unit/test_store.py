@@ -16,6 +16,7 @@ from delayq.retry import Deadline
 from delayq.settings import Settings
 from delayq.store import (
     MessageStore,
+    RescheduleWrite,
     Watermark,
     cancel_key,
     id_of_sort_key,
@@ -28,6 +29,8 @@ from tests.factories import AwsResources, ClientProxy, client_error, delay_reque
 
 DUE_MS = NOW_MS + 3_600_000 + 250
 DUE_S = DUE_MS // 1000
+RELEASE_S = DUE_S  # the release second of the version a reschedule moves
+RECORDED, SUPERSEDED = RescheduleWrite.RECORDED, RescheduleWrite.SUPERSEDED
 
 
 def make_store(client: Any, settings: Settings, **overrides: Any) -> MessageStore:
@@ -794,7 +797,7 @@ def test_a_cancel_of_the_original_also_cancels_its_copy() -> None:
 
 def test_a_marker_holding_only_a_reschedule_cancels_nothing(store: MessageStore) -> None:
     r = reschedule_of("r-1", 20)
-    assert store.put_reschedules([(r, deadline())], NOW_MS) == [True]
+    assert store.put_reschedules([(r, RELEASE_S, deadline())], NOW_MS) == [RECORDED]
     markers = store.markers(["r-1"], deadline())
     assert markers == {"r-1": Marker(moved=(r.ts_ms, r.src), moved_due_ms=r.due_ms)}
     assert store.cancelled(
@@ -809,7 +812,7 @@ def test_a_reschedule_and_a_cancel_share_one_marker_item(
     store: MessageStore, aws: AwsResources
 ) -> None:
     store.put_cancels([cancel("r-1", 5)], NOW_MS, deadline())
-    store.put_reschedules([(reschedule_of("r-1", 20), deadline())], NOW_MS)
+    store.put_reschedules([(reschedule_of("r-1", 20), RELEASE_S, deadline())], NOW_MS)
     assert len(all_items(aws)) == 1
     marker = store.markers(["r-1"], deadline())["r-1"]
     assert marker.cancel == (NOW_MS + 5, "delay-requests-0-5")
@@ -818,16 +821,18 @@ def test_a_reschedule_and_a_cancel_share_one_marker_item(
 
 def test_an_older_reschedule_processed_later_loses(store: MessageStore) -> None:
     newer, older = reschedule_of("r-1", 50), reschedule_of("r-1", 10)
-    assert store.put_reschedules([(newer, deadline())], NOW_MS) == [True]
-    assert store.put_reschedules([(older, deadline())], NOW_MS + 1) == [False]
+    assert store.put_reschedules([(newer, RELEASE_S, deadline())], NOW_MS) == [RECORDED]
+    assert store.put_reschedules([(older, RELEASE_S, deadline())], NOW_MS + 1) == [SUPERSEDED]
     assert store.markers(["r-1"], deadline())["r-1"].moved == (newer.ts_ms, newer.src)
     # The same record again (a redelivered batch) is recorded again.
-    assert store.put_reschedules([(newer, deadline())], NOW_MS + 2) == [True]
+    assert store.put_reschedules([(newer, RELEASE_S, deadline())], NOW_MS + 2) == [RECORDED]
 
 
 def test_a_reschedule_is_not_written_after_its_deadline(store: MessageStore) -> None:
     with pytest.raises(StoreError, match="not recorded before its cutoff"):
-        store.put_reschedules([(reschedule_of("r-1", 20), Deadline(lambda: 0, 0))], NOW_MS)
+        store.put_reschedules(
+            [(reschedule_of("r-1", 20), RELEASE_S, Deadline(lambda: 0, 0))], NOW_MS
+        )
     assert store.markers(["r-1"], deadline()) == {}
 
 

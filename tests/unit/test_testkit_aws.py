@@ -203,6 +203,54 @@ def test_conditional_update_and_errors_match_moto(both_dynamodb: tuple[Any, Fake
     } == {"ResourceNotFoundException"}
 
 
+def test_transactions_and_their_cancellation_reasons_match_moto(
+    both_dynamodb: tuple[Any, FakeDynamoDB],
+) -> None:
+    real, fake = both_dynamodb
+    clock = {"pk": {"S": "clock#3"}, "sk": {"S": "-"}}
+    marker = {"pk": {"S": "cancel#3"}, "sk": {"S": "r-1"}}
+
+    def write(client: Any, seal_below: int, order: str) -> Any:
+        return lambda: client.transact_write_items(
+            TransactItems=[
+                {
+                    "ConditionCheck": {
+                        "TableName": TABLE,
+                        "Key": clock,
+                        "ConditionExpression": "attribute_not_exists(#z) OR #z < :z",
+                        "ExpressionAttributeNames": {"#z": "z"},
+                        "ExpressionAttributeValues": {":z": {"N": str(seal_below)}},
+                    }
+                },
+                {
+                    "Update": {
+                        "TableName": TABLE,
+                        "Key": marker,
+                        "UpdateExpression": "SET #o = :o",
+                        "ConditionExpression": "attribute_not_exists(#o) OR #o <= :o",
+                        "ExpressionAttributeNames": {"#o": "order"},
+                        "ExpressionAttributeValues": {":o": {"S": order}},
+                    }
+                },
+            ]
+        )
+
+    def reasons(call: Any) -> list[str]:
+        with pytest.raises(ClientError) as e:
+            call()
+        assert e.value.response["Error"]["Code"] == "TransactionCanceledException"
+        return [r["Code"] for r in e.value.response["CancellationReasons"]]
+
+    for client in (real, fake):
+        write(client, 100, "b")()  # no clock item yet: the check holds
+        client.put_item(TableName=TABLE, Item={**clock, "z": {"N": "100"}})
+        assert reasons(write(client, 100, "c")) == ["ConditionalCheckFailed", "None"]
+        assert reasons(write(client, 101, "a")) == ["None", "ConditionalCheckFailed"]
+        write(client, 101, "c")()
+    stored = [c.get_item(TableName=TABLE, Key=marker)["Item"] for c in (real, fake)]
+    assert stored[0] == stored[1] == {**marker, "order": {"S": "c"}}
+
+
 def test_pending_counts_behave_the_same_on_both(both_dynamodb: tuple[Any, FakeDynamoDB]) -> None:
     """ADD and SET in one update, the offset guard refusing a redelivery, the recount."""
     minute = NOW_MS // 60_000

@@ -6,6 +6,14 @@ A control applies only to messages whose record is not later than its own, so a 
 record second is after its bucket's clock has no control to read. Every marker write raises
 the clock first (a conditional max, in any order, idempotent); the emitter reads the clocks
 of its batch's shards strongly consistent, then the markers the clocks do not rule out.
+
+A reschedule's marker write may take effect after its caller gave up on it (a timed-out
+request AWS still accepts), so a reschedule is recorded in two steps: ingest announces it on
+the clock (``p``: until when such a write may still land) before the cutoff, then writes the
+marker in a transaction that holds only while no emitter has *sealed* the old release second
+(``z``). An emitter that finds an announcement on a shard whose markers it must read seals the
+seconds it is about to deliver first: a marker write that lands later fails, and the message
+goes at its old time only.
 """
 
 from __future__ import annotations
@@ -18,10 +26,13 @@ from delayq.records import DelayRequest
 
 __all__ = [
     "ATTR_FLOOR",
+    "ATTR_PENDING",
+    "ATTR_SEAL",
     "BUCKETS_PER_SHARD",
     "CLOCK_PK_PREFIX",
     "FLOOR_MARGIN_SECONDS",
     "KIND_CLOCK",
+    "PENDING_SECONDS",
     "ControlClock",
     "clock_key",
     "clock_of",
@@ -41,6 +52,13 @@ BUCKET_ATTR_PREFIX: Final = "b"
 # A clock created after markers were written (an upgraded stack) counts every control up to
 # this long after its creation: markers older than the clock carry record times up to then.
 FLOOR_MARGIN_SECONDS: Final = 3600
+# Until when an announced reschedule's marker write may land: it is signed within the ingest
+# invocation that announced it (Lambda runs 900 s at most) and AWS accepts a signed request up
+# to five minutes after its timestamp; a minute more for clocks.
+ATTR_PENDING: Final = "p"
+PENDING_SECONDS: Final = 900 + 300 + 60
+# The latest release second whose markers an emitter read while a reschedule was pending.
+ATTR_SEAL: Final = "z"
 
 
 def clock_key(shard: int) -> dict[str, Any]:
@@ -70,6 +88,11 @@ class ControlClock:
 
     floor: int
     seconds: dict[str, int] = field(default_factory=dict)
+    pending: int = 0
+
+    def pending_at(self, now_ms: int) -> bool:
+        """Whether an announced reschedule's marker write may still land on this shard."""
+        return self.pending >= record_second(now_ms)
 
     def may_apply(self, request: DelayRequest, shards: int) -> bool:
         """Whether a control of ``request``'s id may apply to it: one written in or after its
@@ -89,6 +112,7 @@ def clock_of(item: dict[str, Any]) -> ControlClock:
             for name, value in item.items()
             if name.startswith(BUCKET_ATTR_PREFIX) and name[1:].isdigit()
         },
+        int(item[ATTR_PENDING]["N"]) if ATTR_PENDING in item else 0,
     )
 
 

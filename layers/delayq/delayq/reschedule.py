@@ -9,13 +9,13 @@ every version of the message written before the reschedule, wherever it waits (t
 SQS bundle, a dead-letter queue); the copy is the version it names. The copy keeps the
 original's record time, so a cancel of the original also cancels the copy.
 
-The guarantee: a reschedule is applied when ingest records it at least the emitter's hold plus
-``RESCHEDULE_MARGIN_MS`` before the message's old release time; no emitter reads the old
-version's marker earlier (it reads markers only within its hold of the release time, and the
-margin covers clock differences and the write's latency), so the message goes at the new time
-and not at the old one. A reschedule that comes
-later is refused (``reschedule-too-late``, the record kept in the reject queue): the message
-goes at its old time, once. See ``docs/internals.md``.
+The guarantee: a reschedule is applied when ingest announces it on the id's control clock at
+least the emitter's hold plus ``RESCHEDULE_MARGIN_MS`` before the message's old release time
+and its marker then lands before an emitter reads the old version's markers (an emitter that
+sees the announcement seals the release second first, and a marker written after that fails:
+``delayq.control_clock``). Otherwise it is refused (``reschedule-too-late``, the record kept in
+the reject queue) and the message goes at its old time, once: never at both. See
+``docs/internals.md``.
 """
 
 from __future__ import annotations
@@ -24,14 +24,16 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from delayq import buckets
 from delayq import constants as c
 from delayq.buckets import due_second
 from delayq.clock import Clock
+from delayq.exceptions import StoreError
 from delayq.ordering import Marker, cancel_covers, record_order, version_order
 from delayq.records import DelayRequest, Reason, RejectedRecord, RescheduleRequest
 from delayq.retry import Deadline
 from delayq.settings import Settings
-from delayq.store import MessageStore
+from delayq.store import MessageStore, RescheduleWrite
 
 __all__ = [
     "RescheduleOutcome",
@@ -53,6 +55,8 @@ class RescheduleOutcome:
     superseded: int = 0
     # Copies already kept by an earlier run of the same record (a redelivered batch).
     repeated: int = 0
+    # Refused as too late, with the version each would have moved.
+    too_late: list[tuple[RescheduleRequest, DelayRequest]] = field(default_factory=list)
 
 
 def chains(reschedules: Sequence[RescheduleRequest]) -> list[list[RescheduleRequest]]:
@@ -95,7 +99,8 @@ def reschedule(
         stored[(delay_id, 0)] = [loc.stored for loc in located if loc.stored is not None]
     markers = store.markers([chain[0].delay_id for chain in per_id], deadline)
     now_ms = clock()
-    to_record: list[tuple[RescheduleRequest, DelayRequest, DelayRequest, Deadline]] = []
+    # (reschedule, version it moves, its copy, deadline of its write; None: recorded already)
+    to_record: list[tuple[RescheduleRequest, DelayRequest, DelayRequest, Deadline | None]] = []
     for chain in per_id:
         marker = markers.get(chain[0].delay_id, Marker())
         applied = _resolve(
@@ -109,17 +114,60 @@ def reschedule(
         ):
             outcome.repeated += 1
             continue
-        cutoff = _cutoff_ms(base, settings)
-        recording = deadline if marker.rescheduled_by(r) else _until(deadline, clock, cutoff)
+        # A marker an earlier run wrote held when it landed (no emitter had sealed the old
+        # second): it is not written again, only completed.
+        recording = (
+            None
+            if marker.rescheduled_by(r)
+            else _until(deadline, clock, _cutoff_ms(base, settings))
+        )
         to_record.append((r, base, copy, recording))
-    recorded = store.put_reschedules([(r, d) for r, _, _, d in to_record], clock())
-    for (_, base, copy, _), applied_now in zip(to_record, recorded, strict=True):
-        if applied_now:
+    if outcome.too_late:
+        _fence(outcome.too_late, store, settings.shards, clock, deadline)
+    writes = iter(
+        store.put_reschedules(
+            [(r, _release_second(b), d) for r, b, _, d in to_record if d is not None], clock()
+        )
+    )
+    for r, base, copy, recording in to_record:
+        written = RescheduleWrite.RECORDED if recording is None else next(writes)
+        if written is RescheduleWrite.RECORDED:
             outcome.copies.append(copy)
             outcome.originals.append(base)
-        else:
+        elif written is RescheduleWrite.SUPERSEDED:
             outcome.superseded += 1
+        else:
+            outcome.refused[r.src] = RejectedRecord(
+                Reason.RESCHEDULE_TOO_LATE,
+                f"message {r.delay_id!r} was read for delivery at {base.release_at_ms} before "
+                "this reschedule's marker was written: it is delivered at its old time",
+            )
     return outcome
+
+
+def _fence(
+    too_late: Sequence[tuple[RescheduleRequest, DelayRequest]],
+    store: MessageStore,
+    shards: int,
+    clock: Clock,
+    deadline: Deadline,
+) -> None:
+    """Before refusing reschedules as too late: seal their old release seconds, so that a
+    marker write of an earlier run that has not landed yet never will, then read the markers
+    again. Raises (the batch is retried, and completes the move) when one landed."""
+    seals: dict[int, int] = {}
+    for r, base in too_late:
+        shard = buckets.shard_of(r.delay_id, shards)
+        seals[shard] = max(seals.get(shard, 0), _release_second(base))
+    store.seal(seals, clock(), deadline)
+    markers = store.markers([r.delay_id for r, _ in too_late], deadline)
+    landed = [r.src for r, _ in too_late if markers.get(r.delay_id, Marker()).rescheduled_by(r)]
+    if landed:
+        raise StoreError(f"reschedules {landed} were recorded by an earlier run: retry the batch")
+
+
+def _release_second(message: DelayRequest) -> int:
+    return message.release_at_ms // 1000
 
 
 def _resolve(
@@ -150,6 +198,10 @@ def _resolve(
             if not r.was_due_ms or due_second(copy.due_ms) == due_second(r.was_due_ms)
         ]
         message = _movable(r, candidates, marker, settings, now_ms)
+        if isinstance(message, tuple):
+            outcome.refused[r.src], base = message
+            outcome.too_late.append((r, base))
+            continue
         if isinstance(message, RejectedRecord):
             outcome.refused[r.src] = message
             continue
@@ -181,9 +233,9 @@ def _movable(
     marker: Marker,
     settings: Settings,
     now_ms: int,
-) -> DelayRequest | RejectedRecord:
+) -> DelayRequest | RejectedRecord | tuple[RejectedRecord, DelayRequest]:
     """The version ``r`` moves (the latest written before it among ``candidates``: the
-    versions of its id at its old time), else why not."""
+    versions of its id at its old time), else why not (with the version, when too late)."""
     before = [v for v in candidates if _version_before(v, r)]
     if not before and not r.was_due_ms:
         return RejectedRecord(
@@ -212,7 +264,7 @@ def _movable(
             Reason.RESCHEDULE_TOO_LATE,
             f"message {r.delay_id!r} is released at {message.release_at_ms}; a reschedule "
             f"must be recorded by {cutoff}, it came at {now_ms}: it is delivered at its old time",
-        )
+        ), message
     return message
 
 

@@ -20,6 +20,7 @@ from delayq.exceptions import RetriesExhaustedError
 __all__ = [
     "AWS_ERRORS",
     "NETWORK_ERRORS",
+    "RETRYABLE_CANCELLATIONS",
     "RETRYABLE_CODES",
     "Backoff",
     "Deadline",
@@ -47,6 +48,11 @@ RETRYABLE_CODES = frozenset(
     }
 )
 
+# Why DynamoDB cancels a transaction that another try may complete.
+RETRYABLE_CANCELLATIONS = frozenset(
+    {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
+)
+
 
 # What a call can raise that is not the service's answer: the network failed (connection
 # refused or reset, DNS, TLS, read timeout). botocore's own retries (standard mode) have
@@ -64,6 +70,11 @@ def is_retryable(error: BaseException) -> bool:
     if not isinstance(error, ClientError):
         return False
     code = error.response.get("Error", {}).get("Code", "")
+    if code == "TransactionCanceledException":
+        # Cancelled by a conflict with another write or by throttling: worth another try;
+        # by a failed condition: not.
+        reasons = {r.get("Code") for r in error.response.get("CancellationReasons", [])}
+        return bool(reasons & RETRYABLE_CANCELLATIONS) and "ConditionalCheckFailed" not in reasons
     status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
     return code in RETRYABLE_CODES or status >= 500
 

@@ -6,6 +6,7 @@ One table, low-level client (typed attribute values), every batch call retried i
 from __future__ import annotations
 
 import base64
+import enum
 import hashlib
 import json
 import uuid
@@ -36,6 +37,7 @@ __all__ = [
     "Located",
     "MessageStore",
     "Page",
+    "RescheduleWrite",
     "Watermark",
     "cancel_key",
     "condition_failed",
@@ -56,6 +58,17 @@ T = TypeVar("T")
 
 
 _WATERMARK_KEY: Item = {c.ATTR_PK: {"S": c.WATERMARK_PK}, c.ATTR_SK: {"S": c.WATERMARK_SK}}
+
+
+class RescheduleWrite(enum.Enum):
+    """What writing a reschedule's marker did."""
+
+    RECORDED = "recorded"
+    # A later reschedule of the id is recorded already: that one wins.
+    SUPERSEDED = "superseded"
+    # An emitter read the old version's markers first (``control_clock``): it goes at its
+    # old time.
+    SEALED = "sealed"
 
 
 @dataclass(frozen=True)
@@ -410,6 +423,15 @@ def condition_failed(error: StoreError) -> bool:
     )
 
 
+def cancelled_by(error: StoreError) -> list[str]:
+    """The code of each item of a cancelled transaction (``None`` for the items that would
+    have held); empty for any other error."""
+    cause = error.__cause__
+    if not isinstance(cause, ClientError):
+        return []
+    return [r.get("Code", "None") for r in cause.response.get("CancellationReasons", [])]
+
+
 def cancel_key(delay_id: str, shards: int) -> Item:
     """The key of a cancel marker."""
     return {
@@ -542,41 +564,75 @@ class MessageStore:
 
     def put_reschedules(
         self,
-        reschedules: Sequence[tuple[RescheduleRequest, Deadline]],
+        reschedules: Sequence[tuple[RescheduleRequest, int, Deadline]],
         now_ms: int,
-    ) -> list[bool]:
-        """Record reschedules in the marker items of their ids (one conditional UpdateItem
-        each, in parallel, each within its own deadline). For each: True when it is recorded,
-        False when a reschedule of its id written after it is recorded already (that one
-        wins, whatever order they are processed in)."""
+    ) -> list[RescheduleWrite]:
+        """Record reschedules ``(reschedule, the release second of the version it moves,
+        deadline)`` in the marker items of their ids, each within its deadline (its cutoff).
+
+        First the control clocks: raised, and the reschedules announced (``control_clock``:
+        until when their writes may land); then each marker in a transaction that holds only
+        while no emitter has sealed the old release second, so a write that lands after an
+        emitter read the markers changes nothing. A later reschedule of the id already
+        recorded wins, whatever order they are processed in."""
         expires = self._marker_expires(now_ms)
-        self._raise_clocks([(r.delay_id, r.ts_ms, d) for r, d in reschedules], now_ms)
+        self._raise_clocks([(r.delay_id, r.ts_ms, d) for r, _, d in reschedules], now_ms, True)
         futures = [
-            self._pool.submit(self._put_reschedule, r, now_ms, expires, d) for r, d in reschedules
+            self._pool.submit(self._put_reschedule, r, second, now_ms, expires, d)
+            for r, second, d in reschedules
         ]
         _raise_first(futures)
         return [f.result() for f in futures]
 
     def _put_reschedule(
-        self, reschedule: RescheduleRequest, now_ms: int, expires: int, deadline: Deadline
-    ) -> bool:
+        self,
+        reschedule: RescheduleRequest,
+        release_second: int,
+        now_ms: int,
+        expires: int,
+        deadline: Deadline,
+    ) -> RescheduleWrite:
         if deadline.expired():
             # Its cutoff passed before the write could start: an emitter may read the old
-            # version's marker already (delayq.reschedule).
+            # version's markers already, unannounced (delayq.reschedule).
             raise StoreError(f"reschedule {reschedule.src} not recorded before its cutoff")
-        return self._put_marker(
-            "store reschedule marker",
+        shard, _ = control_clock.shard_and_bucket(reschedule.delay_id, self._shards)
+        unsealed = {
+            "ConditionCheck": {
+                "TableName": self._table,
+                "Key": control_clock.clock_key(shard),
+                "ConditionExpression": "attribute_not_exists(#z) OR #z < :z",
+                "ExpressionAttributeNames": {"#z": control_clock.ATTR_SEAL},
+                "ExpressionAttributeValues": {":z": {"N": str(release_second)}},
+            }
+        }
+        marker = self._marker_update(
             reschedule.delay_id,
-            values={
+            {
                 c.ATTR_RESCHEDULE_ORDER: {"S": order_token(reschedule.ts_ms, reschedule.src)},
                 c.ATTR_RESCHEDULE_TS: {"N": str(reschedule.ts_ms)},
                 c.ATTR_RESCHEDULE_SRC: {"S": reschedule.src},
                 c.ATTR_RESCHEDULE_DUE_MS: {"N": str(reschedule.due_ms)},
                 "rescheduled_ms": {"N": str(now_ms)},
             },
-            expires=expires,
-            deadline=deadline,
+            expires,
         )
+        try:
+            self._call(
+                "store reschedule marker",
+                lambda: self._client.transact_write_items(
+                    TransactItems=[unsealed, {"Update": marker}]  # type: ignore[list-item,typeddict-item]
+                ),
+                deadline,
+            )
+        except StoreError as e:
+            reasons = cancelled_by(e)
+            if reasons[:1] == ["ConditionalCheckFailed"]:
+                return RescheduleWrite.SEALED
+            if reasons[1:2] == ["ConditionalCheckFailed"]:
+                return RescheduleWrite.SUPERSEDED
+            raise
+        return RescheduleWrite.RECORDED
 
     def _put_cancel(
         self, cancel: CancelRequest, now_ms: int, expires: int, deadline: Deadline
@@ -604,81 +660,113 @@ class MessageStore:
         expires: int,
         deadline: Deadline,
     ) -> bool:
-        """Set ``values`` (attribute -> typed value; the first is the record's order token,
-        the second its timestamp) on the marker of ``delay_id``, unless it holds a later
-        record already: False then. One conditional UpdateItem. The caller raised the id's
-        control clock first (:meth:`_raise_clocks`). Markers written before order tokens are
-        compared by timestamp."""
-        names = {f"#a{i}": name for i, name in enumerate(values)}
-        attribute_values: Item = {f":a{i}": v for i, v in enumerate(values.values())}
-        assignments = ", ".join(f"#a{i} = :a{i}" for i in range(len(values)))
+        """Set ``values`` on the marker of ``delay_id`` (:meth:`_marker_update`) unless it
+        holds a later record already: False then. One conditional UpdateItem. The caller
+        raised the id's control clock first (:meth:`_raise_clocks`)."""
+        update = self._marker_update(delay_id, values, expires)
         try:
-            self._call(
-                operation,
-                lambda: self._client.update_item(
-                    TableName=self._table,
-                    Key=cancel_key(delay_id, self._shards),
-                    UpdateExpression=f"SET kind = :kind, #ttl = :expires, {assignments}",
-                    ConditionExpression=(
-                        "(attribute_not_exists(#a0) AND (attribute_not_exists(#a1) OR #a1 <= :a1))"
-                        " OR #a0 <= :a0"
-                    ),
-                    ExpressionAttributeNames={**names, "#ttl": c.ATTR_TTL},
-                    ExpressionAttributeValues={
-                        **attribute_values,
-                        ":kind": {"S": c.KIND_CANCEL},
-                        ":expires": {"N": str(expires)},
-                    },
-                ),
-                deadline,
-            )
+            self._call(operation, lambda: self._client.update_item(**update), deadline)
         except StoreError as e:
             if not condition_failed(e):
                 raise
             return False
         return True
 
-    def _raise_clocks(self, controls: Sequence[tuple[str, int, Deadline]], now_ms: int) -> None:
+    def _marker_update(self, delay_id: str, values: Mapping[str, Item], expires: int) -> Item:
+        """The UpdateItem that sets ``values`` (attribute -> typed value; the first is the
+        record's order token, the second its timestamp) on the marker of ``delay_id`` unless
+        it holds a later record. Markers written before order tokens are compared by
+        timestamp."""
+        names = {f"#a{i}": name for i, name in enumerate(values)}
+        attribute_values: Item = {f":a{i}": v for i, v in enumerate(values.values())}
+        assignments = ", ".join(f"#a{i} = :a{i}" for i in range(len(values)))
+        return {
+            "TableName": self._table,
+            "Key": cancel_key(delay_id, self._shards),
+            "UpdateExpression": f"SET kind = :kind, #ttl = :expires, {assignments}",
+            "ConditionExpression": (
+                "(attribute_not_exists(#a0) AND (attribute_not_exists(#a1) OR #a1 <= :a1))"
+                " OR #a0 <= :a0"
+            ),
+            "ExpressionAttributeNames": {**names, "#ttl": c.ATTR_TTL},
+            "ExpressionAttributeValues": {
+                **attribute_values,
+                ":kind": {"S": c.KIND_CANCEL},
+                ":expires": {"N": str(expires)},
+            },
+        }
+
+    def _raise_clocks(
+        self,
+        controls: Sequence[tuple[str, int, Deadline]],
+        now_ms: int,
+        announce: bool = False,
+    ) -> None:
         """Raise the control clock of each ``(id, record timestamp, deadline)`` before its
         marker is written, so that an emitter that sees the marker's effect cannot have
         skipped its read: one raise per bucket (its latest second), the buckets of one shard
-        one after another (one item), the shards in parallel."""
+        one after another (one item), the shards in parallel. With ``announce`` (reschedules),
+        each shard's clock then says until when their marker writes may land, within the
+        shortest deadline of its reschedules."""
         latest: dict[tuple[int, str], tuple[int, Deadline]] = {}
+        first_due: dict[int, Deadline] = {}
         for delay_id, ts_ms, deadline in controls:
             if deadline.expired():
                 continue  # its marker is not written either (a reschedule past its cutoff)
-            key = control_clock.shard_and_bucket(delay_id, self._shards)
+            shard, bucket = control_clock.shard_and_bucket(delay_id, self._shards)
             second = control_clock.record_second(ts_ms)
-            if key not in latest or second > latest[key][0]:
-                latest[key] = (second, deadline)
+            if (shard, bucket) not in latest or second > latest[(shard, bucket)][0]:
+                latest[(shard, bucket)] = (second, deadline)
+            kept = first_due.get(shard)
+            if kept is None or deadline.remaining_seconds() < kept.remaining_seconds():
+                first_due[shard] = deadline
         by_shard: dict[int, list[tuple[str, int, Deadline]]] = {}
         for (shard, bucket), (second, deadline) in sorted(latest.items()):
             by_shard.setdefault(shard, []).append((bucket, second, deadline))
+        until = control_clock.record_second(now_ms) + control_clock.PENDING_SECONDS
 
         def raise_shard(shard: int, raises: list[tuple[str, int, Deadline]]) -> None:
             for bucket, second, deadline in raises:
-                self._raise_clock(shard, bucket, second, now_ms, deadline)
+                self._update_clock(shard, bucket, second, now_ms, deadline)
+            if announce:
+                self._update_clock(
+                    shard, control_clock.ATTR_PENDING, until, now_ms, first_due[shard]
+                )
 
         _raise_first([self._pool.submit(raise_shard, s, r) for s, r in by_shard.items()])
 
-    def _raise_clock(
-        self, shard: int, bucket: str, second: int, now_ms: int, deadline: Deadline
+    def seal(self, seconds: Mapping[int, int], now_ms: int, deadline: Deadline) -> None:
+        """Seal each shard's clock at a release second (``{shard: second}``) before reading
+        the markers of messages released up to it: a reschedule's marker write that lands
+        later fails (``control_clock``). In parallel; a later seal already there stays."""
+        _raise_first(
+            [
+                self._pool.submit(
+                    self._update_clock, shard, control_clock.ATTR_SEAL, second, now_ms, deadline
+                )
+                for shard, second in seconds.items()
+            ]
+        )
+
+    def _update_clock(
+        self, shard: int, attribute: str, value: int, now_ms: int, deadline: Deadline
     ) -> None:
-        """Raise ``bucket`` of ``shard``'s control clock to ``second`` (the clock created with
-        its floor if missing); a later second already there stays."""
+        """Raise ``attribute`` of ``shard``'s control clock (a bucket, the announcement or
+        the seal) to ``value``, the clock created with its floor if missing; a larger value
+        already there stays."""
         try:
             self._call(
-                "raise control clock",
+                f"update control clock {attribute}",
                 lambda: self._client.update_item(
                     TableName=self._table,
                     Key=control_clock.clock_key(shard),
                     UpdateExpression="SET #f = if_not_exists(#f, :floor), kind = :kind, #b = :s",
                     ConditionExpression="attribute_not_exists(#b) OR #b < :s",
-                    ExpressionAttributeNames={"#f": control_clock.ATTR_FLOOR, "#b": bucket},
+                    ExpressionAttributeNames={"#f": control_clock.ATTR_FLOOR, "#b": attribute},
                     ExpressionAttributeValues={
                         ":floor": {"N": str(control_clock.floor_for(now_ms))},
                         ":kind": {"S": control_clock.KIND_CLOCK},
-                        ":s": {"N": str(second)},
+                        ":s": {"N": str(value)},
                     },
                 ),
                 deadline,
@@ -892,7 +980,8 @@ class MessageStore:
         """For each request, whether a cancel or a reschedule applies to it
         (:meth:`Marker.applies`): two messages with one id may differ, when the id was
         cancelled or rescheduled between them. Reads the clocks of the requests' shards, then
-        only the markers they do not rule out."""
+        only the markers they do not rule out; where a reschedule is announced, seals the
+        release seconds first (``control_clock``)."""
         if not requests:
             return []
         shards = [buckets.shard_of(r.delay_id, self._shards) for r in requests]
@@ -902,6 +991,13 @@ class MessageStore:
             for r, shard in zip(requests, shards, strict=True)
             if clocks[shard].may_apply(r, self._shards)
         ]
+        seals: dict[int, int] = {}
+        for r in to_read:
+            shard = buckets.shard_of(r.delay_id, self._shards)
+            if clocks[shard].pending_at(now_ms):
+                seals[shard] = max(seals.get(shard, 0), r.release_at_ms // 1000)
+        if seals:
+            self.seal(seals, now_ms, deadline)
         markers = self.markers([r.delay_id for r in to_read], deadline) if to_read else {}
         return [r.delay_id in markers and markers[r.delay_id].applies(r) for r in requests]
 
