@@ -25,6 +25,7 @@ from typing import Any, Final
 
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 
+from delayq.retry import Backoff
 from delayq_local.iam import IamGuard
 from sim.world import SAFETY_MS, Crash, Invocation, World
 
@@ -212,18 +213,30 @@ class RetryLedger:
     """
 
     slack_ms: int = 5_000
+    # The layer's own bound (``delayq.retry.Backoff.max_attempts``): a call that failed this
+    # many times running has been retried as promised, and may be given up.
+    attempts: int = Backoff().max_attempts
     found: list[Unretried] = field(default_factory=list)
-    _open: dict[int, dict[str, tuple[int, str]]] = field(default_factory=dict)
+    _open: dict[int, dict[str, tuple[int, str, int]]] = field(default_factory=dict)
 
-    def called(self, invocation: Invocation, call: str) -> None:
-        """``invocation`` makes ``call`` (again)."""
-        left = self._open.get(invocation.number)
+    def called(self, invocation: Invocation | None, call: str) -> None:
+        """``invocation`` makes ``call`` (again); None: not an invocation's call."""
+        left = self._open.get(invocation.number) if invocation else None
+        if left and call in left:
+            at_ms, _, failures = left[call]
+            left[call] = (at_ms, "", failures)  # retried: open again only if it fails again
+
+    def succeeded(self, invocation: Invocation | None, call: str) -> None:
+        """``call`` went through: its earlier failures were retried."""
+        left = self._open.get(invocation.number) if invocation else None
         if left:
             left.pop(call, None)
 
     def failed(self, invocation: Invocation, call: str, at_ms: int, error: Exception) -> None:
         """The world answered ``call`` with a transient error."""
-        self._open.setdefault(invocation.number, {})[call] = (at_ms, type(error).__name__)
+        left = self._open.setdefault(invocation.number, {})
+        failures = left[call][2] + 1 if call in left else 1
+        left[call] = (at_ms, type(error).__name__, failures)
 
     def ended(self, invocation: Invocation, killed: bool) -> None:
         """``invocation`` is over; ``killed``: it crashed or timed out (no retry was possible)."""
@@ -231,8 +244,8 @@ class RetryLedger:
         if killed:
             return
         last_chance = invocation.end_ms - SAFETY_MS - self.slack_ms
-        for call, (at_ms, error) in left.items():
-            if at_ms <= last_chance:
+        for call, (at_ms, error, failures) in left.items():
+            if error and at_ms <= last_chance and failures < self.attempts:
                 self.found.append(Unretried(invocation.function, call, at_ms, error))
 
 
@@ -298,8 +311,7 @@ class Faulty:
 
         def call(**kwargs: Any) -> Any:
             invocation = world.invocation
-            if invocation is not None:
-                ledger.called(invocation, call_name)
+            ledger.called(invocation, call_name)
             try:
                 world.pause(latency())
                 world.check_alive()
@@ -331,6 +343,7 @@ class Faulty:
                 if invocation is not None and _transient(e):
                     ledger.failed(invocation, call_name, world.now_ms, e)
                 raise
+            ledger.succeeded(invocation, call_name)
             return result
 
         return call

@@ -4,6 +4,7 @@ The doubles tests share with the benchmarks are in :mod:`testkit`."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 from collections.abc import Callable
@@ -13,10 +14,11 @@ from types import ModuleType
 from typing import Any
 
 import boto3
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ReadTimeoutError
 from botocore.stub import Stubber
 from hypothesis import settings as hypothesis_settings
 
+from delayq import constants as c
 from delayq.records import DelayRequest
 from delayq.settings import Settings
 from delayq.store import MessageStore
@@ -234,6 +236,43 @@ class ClientProxy:
             return override(**kwargs)
 
         return call
+
+
+class LateWrites:
+    """A DynamoDB client whose reschedule-marker writes time out for the caller and take
+    effect later, when the test lands them (AWS accepts a signed request up to five minutes
+    after its timestamp; the layer's read timeout is seconds)."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.held: list[tuple[str, dict[str, Any]]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def _marker(self, kwargs: dict[str, Any]) -> bool:
+        return str(kwargs["Key"]["pk"]["S"]).startswith(c.CANCEL_PK_PREFIX) and (
+            c.ATTR_RESCHEDULE_ORDER in kwargs.get("ExpressionAttributeNames", {}).values()
+        )
+
+    def update_item(self, **kwargs: Any) -> Any:
+        if not self._marker(kwargs):
+            return self.real.update_item(**kwargs)
+        self.held.append(("update_item", kwargs))
+        raise ReadTimeoutError(endpoint_url="https://dynamodb.eu-west-1.amazonaws.com")
+
+    def transact_write_items(self, **kwargs: Any) -> Any:
+        if not any("Update" in i and self._marker(i["Update"]) for i in kwargs["TransactItems"]):
+            return self.real.transact_write_items(**kwargs)
+        self.held.append(("transact_write_items", kwargs))
+        raise ReadTimeoutError(endpoint_url="https://dynamodb.eu-west-1.amazonaws.com")
+
+    def land(self) -> None:
+        """Every held write takes effect now (its conditions judged now)."""
+        for name, kwargs in self.held:
+            with contextlib.suppress(ClientError):
+                getattr(self.real, name)(**kwargs)
+        self.held.clear()
 
 
 # An MSK cluster as the kafka API describes it (moto has no GetBootstrapBrokers).

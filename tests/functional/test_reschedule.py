@@ -4,11 +4,9 @@ cancels before and after, redelivered records, too late, and ids reused after a 
 from __future__ import annotations
 
 import base64
-import contextlib
 from typing import Any
 
 import pytest
-from botocore.exceptions import ClientError, ReadTimeoutError
 
 from delayq import buckets
 from delayq import constants as c
@@ -18,7 +16,7 @@ from delayq.exceptions import DelayQueueError
 from delayq.ingest import IngestResult
 from testkit.clock import NOW_MS
 from testkit.events import kafka_event, kafka_record
-from tests.factories import ClientProxy
+from tests.factories import ClientProxy, LateWrites
 from tests.functional.conftest import Pipeline
 
 OLD_DUE_MS = NOW_MS + 1200_000  # beyond the pipeline's horizon (300 s): stored
@@ -335,9 +333,11 @@ def test_an_offloaded_message_moved_into_the_direct_window_goes_whole_through_th
 
 
 def test_a_message_never_rescheduled_makes_no_reschedule_request(p: Pipeline) -> None:
-    # Every DynamoDB call ingest and the emitter make, counted: the same as before reschedules
-    # existed (one batch write and the watermark read at ingest; one control-clock read per
-    # batch at the emitter, which a cancel needs already, and no marker read).
+    # Every DynamoDB call ingest and the emitter make, counted: one batch write and the
+    # watermark read at ingest; at the emitter one control-clock read per batch, which a
+    # cancel needs already, then one seal per shard of its stored messages not sealed up to
+    # their second yet (what makes a reschedule's late-landing marker fail) and a read of
+    # those clocks again, and no marker read.
     db = p.aws.dynamodb
     operations = ("batch_get_item", "batch_write_item", "get_item", "put_item", "query")
     proxy = ClientProxy(db, update_item=db.update_item, **{o: getattr(db, o) for o in operations})
@@ -354,48 +354,15 @@ def test_a_message_never_rescheduled_makes_no_reschedule_request(p: Pipeline) ->
     counted.schedule()
     proxy.calls.clear()
     counted.deliver_released()
-    assert [name for name, _ in proxy.calls if name != "put_item"] == ["batch_get_item"]
-    ((_, read),) = [c for c in proxy.calls if c[0] == "batch_get_item"]
-    keys = read["RequestItems"][p.settings.table_name]["Keys"]
+    seals = [kw for name, kw in proxy.calls if name == "update_item"]
+    assert {kw["Key"]["pk"]["S"].split("#")[0] for kw in seals} == {"clock"}
+    assert len(seals) == len({buckets.shard_of(i, p.settings.shards) for i in ("r-1", "r-2")})
+    others = [name for name, _ in proxy.calls if name not in ("put_item", "update_item")]
+    assert others == ["batch_get_item", "batch_get_item"]
+    reads = [kw for name, kw in proxy.calls if name == "batch_get_item"]
+    keys = [k for kw in reads for k in kw["RequestItems"][p.settings.table_name]["Keys"]]
     assert {k["pk"]["S"].split("#")[0] for k in keys} == {"clock"}
     assert len(emitted(p)) == 2
-
-
-class LateWrites:
-    """A DynamoDB client whose reschedule-marker writes time out for the caller and take
-    effect later, when the test lands them (AWS accepts a signed request up to five minutes
-    after its timestamp; the layer's read timeout is seconds)."""
-
-    def __init__(self, real: Any) -> None:
-        self.real = real
-        self.held: list[tuple[str, dict[str, Any]]] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.real, name)
-
-    def _marker(self, kwargs: dict[str, Any]) -> bool:
-        return str(kwargs["Key"]["pk"]["S"]).startswith(c.CANCEL_PK_PREFIX) and (
-            c.ATTR_RESCHEDULE_ORDER in kwargs.get("ExpressionAttributeNames", {}).values()
-        )
-
-    def update_item(self, **kwargs: Any) -> Any:
-        if not self._marker(kwargs):
-            return self.real.update_item(**kwargs)
-        self.held.append(("update_item", kwargs))
-        raise ReadTimeoutError(endpoint_url="https://dynamodb.eu-west-1.amazonaws.com")
-
-    def transact_write_items(self, **kwargs: Any) -> Any:
-        if not any("Update" in i and self._marker(i["Update"]) for i in kwargs["TransactItems"]):
-            return self.real.transact_write_items(**kwargs)
-        self.held.append(("transact_write_items", kwargs))
-        raise ReadTimeoutError(endpoint_url="https://dynamodb.eu-west-1.amazonaws.com")
-
-    def land(self) -> None:
-        """Every held write takes effect now (its conditions judged now)."""
-        for name, kwargs in self.held:
-            with contextlib.suppress(ClientError):
-                getattr(self.real, name)(**kwargs)
-        self.held.clear()
 
 
 @pytest.mark.parametrize(
@@ -439,3 +406,53 @@ def test_a_reschedule_whose_write_lands_after_its_cutoff_moves_the_message_or_no
         assert reject["reason"] == "reschedule-too-late"
     else:
         assert rejects(p) == []
+
+
+def test_a_reschedule_whose_first_try_landed_before_the_seal_is_completed_by_its_second(
+    p: Pipeline,
+) -> None:
+    # One ingest invocation: the marker's transaction times out (it lands later), the emitter
+    # seals the second after it landed and drops the old version, and the retried
+    # transaction fails on the seal: the move is completed all the same, never lost.
+    ingest(p, send())
+    cutoff = OLD_DUE_MS - p.settings.max_hold_ms - c.RESCHEDULE_MARGIN_MS
+    p.clock.now_ms = cutoff - 10_000
+    late = LateWrites(p.aws.dynamodb)
+    tries: list[int] = []
+
+    def transact(**kwargs: Any) -> Any:
+        tries.append(1)
+        if len(tries) == 1:
+            return late.transact_write_items(**kwargs)  # held: times out
+        now = p.clock.now_ms
+        late.land()
+        assert deliver_around(p, OLD_DUE_MS).cancelled == 1  # seals, reads the marker
+        p.clock.now_ms = now
+        return p.aws.dynamodb.transact_write_items(**kwargs)
+
+    proxy = ClientProxy(p.aws.dynamodb, transact_write_items=transact)
+    result = p.with_store_client(proxy).ingest(kafka_event(move(2, LATER_MS)))
+    assert (len(tries), result.rescheduled, rejects(p)) == (2, 1, [])
+    deliver_around(p, LATER_MS)
+    assert emitted(p) == [("r-1", LATER_MS, b"payload of r-1 at 1")]
+
+
+def test_a_chain_whose_last_step_was_recorded_is_completed_after_its_cutoff(p: Pipeline) -> None:
+    # T0 -> T1 then T1 -> T2 in one batch: only the last step's marker is written; the copy's
+    # write fails, and the batch comes again after T0's cutoff. The recorded chain is
+    # completed (the first step is not refused as too late), so the message goes at T2.
+    ingest(p, send())
+    chain = [move(2, EARLIER_MS), move(3, LATER_MS, was_due_ms=EARLIER_MS)]
+    failing = ClientProxy(
+        p.aws.dynamodb,
+        batch_write_item=lambda **_: (_ for _ in ()).throw(RuntimeError("crash")),
+    )
+    with pytest.raises(RuntimeError, match="crash"):
+        p.with_store_client(failing).ingest(kafka_event(*chain))
+    p.clock.now_ms = OLD_DUE_MS - 1000  # past the cutoffs of T0 (and of T1)
+    assert ingest(p, *chain).rescheduled == 1
+    assert rejects(p) == []
+    deliver_around(p, EARLIER_MS)
+    deliver_around(p, OLD_DUE_MS)
+    deliver_around(p, LATER_MS)
+    assert emitted(p) == [("r-1", LATER_MS, b"payload of r-1 at 1")]

@@ -264,6 +264,12 @@ def _pending_counts_forget_counted_offsets(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(PendingCounts, "_count", count)
 
 
+def _reschedules_never_sealed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No emitter or retried batch seals a release second: a reschedule's marker write that
+    lands late is applied whatever was delivered meanwhile."""
+    monkeypatch.setattr(MessageStore, "seal", lambda *_: None)
+
+
 # Defects the simulator finds, each with a seed that shows it (a change to the workload or the
 # knobs may move them: find another with a few seeds of the plant).
 # The direct path's cancel check shows when a cancel on the other partition goes through while
@@ -273,16 +279,24 @@ PLANT_DIRECT = (
     dataclasses.replace(Knobs(), ingest_stall=1.0),
 )
 
+# A reschedule's marker write landing late shows with reschedules near their cutoffs and many
+# DynamoDB writes landing late.
+PLANT_LATE = (
+    Shape(reschedule=0.5, near_cutoff=1.0, extra_controls=0.3),
+    dataclasses.replace(Knobs(), late_effect=0.3),
+)
+
 
 @pytest.mark.parametrize(
     ("plant", "seed", "kind", "world"),
     [
         (_direct_path_skips_cancel_markers, 5, "cancel", PLANT_DIRECT),
+        (_reschedules_never_sealed, 2, "reschedule", PLANT_LATE),
         (_network_errors_not_retried, 0, "unretried", (PLANT, Knobs())),
         (_scheduler_skips_expired_items, 11, "held", (PLANT, Knobs())),
         (_pending_counts_forget_counted_offsets, 35, "counted", (PLANT, Knobs())),
     ],
-    ids=["direct-path-cancel", "network-errors", "expired-items", "pending-recount"],
+    ids=["direct-path-cancel", "late-marker", "network-errors", "expired-items", "pending-recount"],
 )
 def test_the_simulator_finds_a_planted_defect(
     monkeypatch: pytest.MonkeyPatch,

@@ -14,17 +14,17 @@ from delayq import buckets
 from delayq.control_clock import (
     BUCKETS_PER_SHARD,
     FLOOR_MARGIN_SECONDS,
-    PENDING_SECONDS,
     ControlClock,
     clock_key,
     shard_and_bucket,
 )
+from delayq.exceptions import DelayQueueError
 from delayq.records import CancelRequest, DelayRequest, RescheduleRequest
 from delayq.retry import Deadline
 from delayq.store import MessageStore, RescheduleWrite, cancel_key
 from testkit.aws import item_size, read_units, write_units
 from testkit.clock import NOW_MS, no_sleep_backoff
-from tests.factories import AwsResources, ClientProxy, delay_request
+from tests.factories import AwsResources, ClientProxy, LateWrites, delay_request
 
 NOW_S = NOW_MS // 1000
 HOUR_MS = 3_600_000
@@ -124,11 +124,12 @@ def test_no_marker_is_read_when_no_control_was_written_since_the_records(
     batch = [message(f"order-{i}", NOW_MS) for i in range(300)]
     assert store.cancelled(batch, NOW_MS, deadline()) == [False] * 300
     assert marker_keys_read(proxy, aws) == []
-    # One read of each shard's clock, strongly consistent.
+    # One read of each shard's clock, strongly consistent (then, the shards sealed for the
+    # batch's second, read again).
     table = aws.settings.table_name
-    ((_, kw),) = proxy.calls
-    assert len(kw["RequestItems"][table]["Keys"]) == aws.settings.shards
-    assert kw["RequestItems"][table]["ConsistentRead"] is True
+    [first, again] = [kw["RequestItems"][table] for _, kw in proxy.calls]
+    assert len(first["Keys"]) == aws.settings.shards
+    assert first["ConsistentRead"] is again["ConsistentRead"] is True
 
 
 def test_a_control_makes_the_markers_of_its_bucket_read_and_still_wins(
@@ -244,21 +245,6 @@ def reschedule(ts_ms: int, src: str = "t-2-4") -> RescheduleRequest:
     return RescheduleRequest("r-1", NOW_MS, NOW_MS + HOUR_MS, src, ts_ms)
 
 
-def test_a_reschedule_announces_itself_until_its_write_can_no_longer_land(
-    aws: AwsResources,
-) -> None:
-    store = make_store(aws.dynamodb, aws)
-    shard, _ = shard_and_bucket("r-1", aws.settings.shards)
-    store.put_reschedules([(reschedule(NOW_MS), NOW_S + 600, deadline())], NOW_MS)
-    assert clock_item(aws, shard)["p"] == {"N": str(NOW_S + PENDING_SECONDS)}
-    # 900 s of an invocation, then five minutes during which AWS accepts a signed request.
-    assert PENDING_SECONDS >= 900 + 300
-    # An earlier announcement never shortens a later one; a cancel announces nothing.
-    store.put_reschedules([(reschedule(NOW_MS, "t-2-5"), NOW_S + 600, deadline())], NOW_MS - 5000)
-    store.put_cancels([cancel("r-1", NOW_MS)], NOW_MS + 60_000, deadline())
-    assert clock_item(aws, shard)["p"] == {"N": str(NOW_S + PENDING_SECONDS)}
-
-
 def test_a_marker_write_that_lands_after_the_emitter_sealed_its_second_changes_nothing(
     aws: AwsResources,
 ) -> None:
@@ -287,27 +273,72 @@ def test_a_marker_write_that_lands_after_the_emitter_sealed_its_second_changes_n
     assert clock_item(aws, shard)["z"] == {"N": str(release_s)}
 
 
-def test_the_emitter_seals_only_a_shard_with_an_announced_reschedule_it_must_read(
+def test_the_emitter_reads_markers_only_under_a_seal_of_its_stored_messages_seconds(
     aws: AwsResources,
 ) -> None:
-    updates = ClientProxy(aws.dynamodb, update_item=aws.dynamodb.update_item)
-    store = make_store(updates, aws)
+    calls = ClientProxy(
+        aws.dynamodb,
+        update_item=aws.dynamodb.update_item,
+        batch_get_item=aws.dynamodb.batch_get_item,
+    )
+    store = make_store(calls, aws)
     store.control_clocks(range(aws.settings.shards), LONG_AGO_MS, deadline())
-    later = message("r-1", NOW_MS + 60_000)
-    store.put_cancels([cancel("r-1", NOW_MS)], NOW_MS, deadline())
-    updates.calls.clear()
-    # A cancel announces nothing: the emitter reads the marker without sealing.
-    assert store.cancelled([message("r-1", NOW_MS - 1_000)], NOW_MS, deadline()) == [True]
-    assert updates.calls == []
-    store.put_reschedules([(reschedule(NOW_MS), 0, deadline())], NOW_MS)
-    updates.calls.clear()
-    # A message no control can apply to (written after every control of its bucket): no seal.
-    assert store.cancelled([later], NOW_MS + 61_000, deadline()) == [False]
-    assert updates.calls == []
-    # Once the announcement has expired, no seal either.
-    old = message("r-1", NOW_MS - 1_000)
-    expired_ms = (NOW_S + PENDING_SECONDS + 1) * 1000
-    store.cancelled([old], expired_ms, deadline())
-    assert updates.calls == []
-    store.cancelled([old], NOW_MS + 1_000, deadline())
-    assert [kw["ExpressionAttributeNames"]["#b"] for _, kw in updates.calls] == ["z"]
+    stored = [message(f"s-{n}", NOW_MS, n) for n in range(40)]
+    queued = [replace(m, delay_id=f"q-{m.delay_id}", movable=False) for m in stored]
+    calls.calls.clear()
+    # Messages never stored (queued by ingest, or its direct path): no reschedule can move
+    # them, so nothing is written.
+    assert store.cancelled(queued, NOW_MS, deadline()) == [False] * 40
+    assert [name for name, _ in calls.calls] == ["batch_get_item"]
+    calls.calls.clear()
+    store.cancelled([*stored, *queued], NOW_MS, deadline())
+    seals = [kw for name, kw in calls.calls if name == "update_item"]
+    shards = {buckets.shard_of(m.delay_id, aws.settings.shards) for m in stored}
+    assert {int(kw["Key"]["pk"]["S"].split("#")[1]) for kw in seals} == shards
+    assert {kw["ExpressionAttributeNames"]["#b"] for kw in seals} == {"z"}
+    release_s = stored[0].release_at_ms // 1000
+    assert {kw["ExpressionAttributeValues"][":s"]["N"] for kw in seals} == {str(release_s)}
+    # Read, seal, then read the sealed clocks again: a raise landing before the seal is seen.
+    assert [name for name, _ in calls.calls] == [
+        "batch_get_item",
+        *["update_item"] * len(shards),
+        "batch_get_item",
+    ]
+    # The next batch of that second finds the seals there: it writes nothing.
+    calls.calls.clear()
+    store.cancelled(stored[:5], NOW_MS + 100, deadline())
+    assert [name for name, _ in calls.calls] == ["batch_get_item"]
+
+
+def test_a_control_that_lands_between_the_clock_read_and_the_seal_is_seen(
+    aws: AwsResources,
+) -> None:
+    # The emitter reads the clock (no control yet); a reschedule is raised and its marker
+    # lands before the emitter's seal: reading the sealed clock again finds the control, so
+    # the old version is dropped (the reschedule's copy goes at the new time only).
+    late = LateWrites(aws.dynamodb)
+    ingest = make_store(late, aws)
+    ingest.control_clocks(range(aws.settings.shards), LONG_AGO_MS, deadline())
+    old = message("r-1", NOW_MS)
+    move = reschedule(NOW_MS + 1_000)
+    reads: list[int] = []
+
+    def batch_get_item(**kwargs: Any) -> Any:
+        answer = aws.dynamodb.batch_get_item(**kwargs)
+        reads.append(1)
+        if len(reads) == 1:  # right after the emitter's first clock read
+            with pytest.raises(DelayQueueError):  # its transaction times out (held)
+                ingest.put_reschedules(
+                    [(move, old.release_at_ms // 1000, Deadline.after(1))], NOW_MS + 1_000
+                )
+        return answer
+
+    def update_item(**kwargs: Any) -> Any:
+        if kwargs["ExpressionAttributeNames"].get("#b") == "z":
+            late.land()  # lands just before the seal
+        return aws.dynamodb.update_item(**kwargs)
+
+    emitter = make_store(
+        ClientProxy(aws.dynamodb, batch_get_item=batch_get_item, update_item=update_item), aws
+    )
+    assert emitter.cancelled([old], NOW_MS + 2_000, deadline()) == [True]

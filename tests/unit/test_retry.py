@@ -60,6 +60,7 @@ def ample() -> Deadline:
         "InternalServerError",
         "ServiceUnavailable",
         "SlowDown",
+        "TransactionConflictException",  # a write of an item a transaction holds
     ],
 )
 def test_throttling_and_server_codes_are_retryable(code: str) -> None:

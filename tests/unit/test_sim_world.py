@@ -201,6 +201,31 @@ def test_calling_again_is_the_retry() -> None:
     assert ledger.found == []
 
 
+def test_a_call_that_failed_as_often_as_the_layer_tries_may_be_given_up() -> None:
+    # The layer retries a call up to Backoff.max_attempts times, then fails the invocation
+    # (its event source retries): not a missing retry.
+    error = ReadTimeoutError(endpoint_url="x")
+    for failures, flagged in ((RetryLedger().attempts, False), (3, True)):
+        ledger = RetryLedger()
+        invocation = Invocation("scheduler", NOW_MS, 60_000, 1)
+        for n in range(failures):
+            ledger.called(invocation, "dynamodb.update_item")
+            ledger.failed(invocation, "dynamodb.update_item", NOW_MS + n, error)
+        ledger.ended(invocation, killed=False)
+        assert bool(ledger.found) is flagged
+    # A success in between starts the count again.
+    ledger = RetryLedger()
+    invocation = Invocation("scheduler", NOW_MS, 60_000, 2)
+    for n in range(ledger.attempts):
+        ledger.called(invocation, "dynamodb.update_item")
+        if n == 4:
+            ledger.succeeded(invocation, "dynamodb.update_item")
+        else:
+            ledger.failed(invocation, "dynamodb.update_item", NOW_MS + n, error)
+    ledger.ended(invocation, killed=False)
+    assert len(ledger.found) == 1
+
+
 def test_no_retry_is_owed_when_killed_or_out_of_time() -> None:
     error = EndpointConnectionError(endpoint_url="x")
     ledger = RetryLedger()

@@ -456,8 +456,14 @@ def test_cancelled_finds_exactly_the_marked_ids_over_many_batches(aws: AwsResour
     ]
     table = aws.settings.table_name
     # The clocks of the four shards (created after the messages were written: every marker
-    # is read), then the markers.
-    assert [len(kw["RequestItems"][table]["Keys"]) for _, kw in proxy.calls] == [4, 100, 100, 50]
+    # is read), read again once sealed, then the markers.
+    assert [len(kw["RequestItems"][table]["Keys"]) for _, kw in proxy.calls] == [
+        4,
+        4,
+        100,
+        100,
+        50,
+    ]
     # Strongly consistent: a cancel whose write completed before the read is seen.
     assert all(kw["RequestItems"][table]["ConsistentRead"] for _, kw in proxy.calls)
 
@@ -473,7 +479,7 @@ def test_unprocessed_cancel_keys_are_read_again(aws: AwsResources) -> None:
 
     def batch_get_item(**kwargs: Any) -> Any:
         request = kwargs["RequestItems"][table]
-        if len(proxy.calls) == 2:  # the markers, after the clocks
+        if len(proxy.calls) == 3:  # the markers, after the clocks (read, sealed, read again)
             response = aws.dynamodb.batch_get_item(
                 RequestItems={table: {**request, "Keys": request["Keys"][:1]}}
             )
@@ -490,8 +496,8 @@ def test_unprocessed_cancel_keys_are_read_again(aws: AwsResources) -> None:
         True,
         False,
     ]
-    # The clocks of shards 0, 1 and 3, then the markers, then those left unprocessed.
-    assert [len(kw["RequestItems"][table]["Keys"]) for _, kw in proxy.calls] == [3, 4, 3]
+    # The clocks of shards 0, 1 and 3 (twice), then the markers, then those left unprocessed.
+    assert [len(kw["RequestItems"][table]["Keys"]) for _, kw in proxy.calls] == [3, 3, 4, 3]
 
 
 def test_a_cancel_does_not_apply_to_a_later_message_with_its_id(store: MessageStore) -> None:

@@ -8,12 +8,11 @@ the clock first (a conditional max, in any order, idempotent); the emitter reads
 of its batch's shards strongly consistent, then the markers the clocks do not rule out.
 
 A reschedule's marker write may take effect after its caller gave up on it (a timed-out
-request AWS still accepts), so a reschedule is recorded in two steps: ingest announces it on
-the clock (``p``: until when such a write may still land) before the cutoff, then writes the
-marker in a transaction that holds only while no emitter has *sealed* the old release second
-(``z``). An emitter that finds an announcement on a shard whose markers it must read seals the
-seconds it is about to deliver first: a marker write that lands later fails, and the message
-goes at its old time only.
+request AWS still accepts), so the marker is written in a transaction that holds only while no
+emitter has *sealed* the old version's release second on its shard's clock (``z``). An emitter
+reads its markers only under a seal at least as late as the stored messages it delivers (it
+seals the shards whose clock is not sealed that far, then reads them again): a marker write
+that lands later fails, and the message goes at its old time only.
 """
 
 from __future__ import annotations
@@ -26,13 +25,11 @@ from delayq.records import DelayRequest
 
 __all__ = [
     "ATTR_FLOOR",
-    "ATTR_PENDING",
     "ATTR_SEAL",
     "BUCKETS_PER_SHARD",
     "CLOCK_PK_PREFIX",
     "FLOOR_MARGIN_SECONDS",
     "KIND_CLOCK",
-    "PENDING_SECONDS",
     "ControlClock",
     "clock_key",
     "clock_of",
@@ -52,12 +49,8 @@ BUCKET_ATTR_PREFIX: Final = "b"
 # A clock created after markers were written (an upgraded stack) counts every control up to
 # this long after its creation: markers older than the clock carry record times up to then.
 FLOOR_MARGIN_SECONDS: Final = 3600
-# Until when an announced reschedule's marker write may land: it is signed within the ingest
-# invocation that announced it (Lambda runs 900 s at most) and AWS accepts a signed request up
-# to five minutes after its timestamp; a minute more for clocks.
-ATTR_PENDING: Final = "p"
-PENDING_SECONDS: Final = 900 + 300 + 60
-# The latest release second whose markers an emitter read while a reschedule was pending.
+# The latest release second sealed: by an emitter about to read the markers of stored
+# messages released up to it, or by ingest before it refuses a reschedule as too late.
 ATTR_SEAL: Final = "z"
 
 
@@ -88,11 +81,8 @@ class ControlClock:
 
     floor: int
     seconds: dict[str, int] = field(default_factory=dict)
-    pending: int = 0
-
-    def pending_at(self, now_ms: int) -> bool:
-        """Whether an announced reschedule's marker write may still land on this shard."""
-        return self.pending >= record_second(now_ms)
+    # The latest release second sealed (0: none).
+    sealed: int = 0
 
     def may_apply(self, request: DelayRequest, shards: int) -> bool:
         """Whether a control of ``request``'s id may apply to it: one written in or after its
@@ -112,7 +102,7 @@ def clock_of(item: dict[str, Any]) -> ControlClock:
             for name, value in item.items()
             if name.startswith(BUCKET_ATTR_PREFIX) and name[1:].isdigit()
         },
-        int(item[ATTR_PENDING]["N"]) if ATTR_PENDING in item else 0,
+        int(item[ATTR_SEAL]["N"]) if ATTR_SEAL in item else 0,
     )
 
 

@@ -52,8 +52,9 @@ class Envelope:
         """The SQS body (JSON, version 1). ``ts``, ``pb`` (offloaded bytes), ``n`` (refused
         deliveries), ``rl`` (release time), ``rk`` (release rank), ``pc`` (the emitter's
         catch-up slot), ``tn`` (tenant), ``pr`` (priority), ``mt`` and ``ms`` (the reschedule
-        that moved it), ``fs`` (its first failed delivery) are left out when they have their
-        default: readers take the default for a missing one."""
+        that moved it), ``fs`` (its first failed delivery), ``im`` (1: not movable, never
+        stored) are left out when they have their default: readers take the default for a
+        missing one."""
         r = self.request
         body: dict[str, Any] = {
             "v": ENVELOPE_VERSION,
@@ -85,6 +86,8 @@ class Envelope:
             body["tn"] = r.tenant
         if r.priority != c.PRIORITY_NORMAL:
             body["pr"] = r.priority
+        if not r.movable:
+            body["im"] = 1
         return _COMPACT_JSON.encode(body)
 
     @classmethod
@@ -200,6 +203,7 @@ def _request_of(d: Any) -> DelayRequest:
             failing_since_ms=_count(d, "fs"),
             tenant=_optional_text(d, "tn", ""),
             priority=_known_priority(_optional_text(d, "pr", c.PRIORITY_NORMAL)),
+            movable=_count(d, "im") != 1,
         )
     except EnvelopeError:
         raise

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -240,7 +240,10 @@ def _split_direct(
             # Under strict caps the emitter checks whether late messages displaced it.
             and not (r.release_rank >= 0 and limits.of(r.owner).release_per_second is not None)
         )
-        (direct if goes_direct else others).append(r)
+        if goes_direct:
+            direct.append(replace(r, movable=False))  # never stored
+        else:
+            others.append(r)
     return direct, others
 
 
@@ -292,7 +295,10 @@ def _keep(
     to_store: list[DelayRequest] = []
     for request in prepared:
         routed = buckets.route(request.release_at_ms, now_ms, settings.horizon_seconds)
-        (to_queue if routed is buckets.Route.QUEUE else to_store).append(request)
+        if routed is buckets.Route.QUEUE:
+            to_queue.append(replace(request, movable=False))
+        else:
+            to_store.append(request)
     # With the id index on, what goes to the delay queue is found by id too (written first: a
     # failure then leaves nothing queued without its locator).
     services.store.put_queued_locators(to_queue, deadline)

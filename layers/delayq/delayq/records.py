@@ -134,6 +134,10 @@ class DelayRequest:
     # When a delivery of it first failed for want of the target or a service it needs (0:
     # never): it is retried ``target_outage_max_seconds`` from then, however late it came.
     failing_since_ms: int = 0
+    # False: never stored (queued by ingest, or delivered by its direct path), so no
+    # reschedule can move it; a stored version can be moved until an emitter seals its
+    # release second (``control_clock``).
+    movable: bool = True
 
     @property
     def owner(self) -> str:

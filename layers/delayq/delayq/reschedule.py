@@ -9,13 +9,12 @@ every version of the message written before the reschedule, wherever it waits (t
 SQS bundle, a dead-letter queue); the copy is the version it names. The copy keeps the
 original's record time, so a cancel of the original also cancels the copy.
 
-The guarantee: a reschedule is applied when ingest announces it on the id's control clock at
-least the emitter's hold plus ``RESCHEDULE_MARGIN_MS`` before the message's old release time
-and its marker then lands before an emitter reads the old version's markers (an emitter that
-sees the announcement seals the release second first, and a marker written after that fails:
-``delayq.control_clock``). Otherwise it is refused (``reschedule-too-late``, the record kept in
-the reject queue) and the message goes at its old time, once: never at both. See
-``docs/internals.md``.
+The guarantee: a reschedule ingest takes up at least the emitter's hold plus
+``RESCHEDULE_MARGIN_MS`` before the message's old release time is applied when its marker
+lands before an emitter reads the old version's markers (an emitter seals the release second
+first, and a marker written after that fails: ``delayq.control_clock``). Otherwise it is
+refused (``reschedule-too-late``, the record kept in the reject queue) and the message goes at
+its old time, once: never at both. See ``docs/internals.md``.
 """
 
 from __future__ import annotations
@@ -139,8 +138,9 @@ def reschedule(
         else:
             outcome.refused[r.src] = RejectedRecord(
                 Reason.RESCHEDULE_TOO_LATE,
-                f"message {r.delay_id!r} was read for delivery at {base.release_at_ms} before "
-                "this reschedule's marker was written: it is delivered at its old time",
+                f"the release second of message {r.delay_id!r} ({base.release_at_ms}) was "
+                "sealed for delivery before this reschedule's marker was written: it is "
+                "delivered at its old time",
             )
     return outcome
 
@@ -188,16 +188,21 @@ def _resolve(
         outcome.superseded += len(chain) - len(live)
     else:
         live = chain
+    # The steps up to the one the marker holds were decided by the run that recorded it (a
+    # redelivered batch): applied again whatever the time, so that the recorded move is
+    # completed rather than refused.
+    recorded = [i for i, r in enumerate(live) if marker.rescheduled_by(r)]
+    decided = recorded[-1] if recorded else -1
     made: list[tuple[DelayRequest, DelayRequest]] = []  # (stored base, in-memory copy)
     last: tuple[RescheduleRequest, DelayRequest, DelayRequest] | None = None
-    for r in live:
+    for i, r in enumerate(live):
         candidates = [*stored[(r.delay_id, r.was_due_ms)]]
         candidates += [
             copy
             for _, copy in made
             if not r.was_due_ms or due_second(copy.due_ms) == due_second(r.was_due_ms)
         ]
-        message = _movable(r, candidates, marker, settings, now_ms)
+        message = _movable(r, candidates, marker, settings, now_ms, decided=i <= decided)
         if isinstance(message, tuple):
             outcome.refused[r.src], base = message
             outcome.too_late.append((r, base))
@@ -233,9 +238,12 @@ def _movable(
     marker: Marker,
     settings: Settings,
     now_ms: int,
+    *,
+    decided: bool,
 ) -> DelayRequest | RejectedRecord | tuple[RejectedRecord, DelayRequest]:
     """The version ``r`` moves (the latest written before it among ``candidates``: the
-    versions of its id at its old time), else why not (with the version, when too late)."""
+    versions of its id at its old time), else why not (with the version, when too late).
+    ``decided``: a run recorded ``r`` or a later step of its chain already (no cutoff)."""
     before = [v for v in candidates if _version_before(v, r)]
     if not before and not r.was_due_ms:
         return RejectedRecord(
@@ -259,7 +267,7 @@ def _movable(
             f"message {r.delay_id!r} was cancelled (cancel record {marker.cancel[1]})",
         )
     cutoff = _cutoff_ms(message, settings)
-    if not marker.rescheduled_by(r) and now_ms >= cutoff:
+    if not decided and now_ms >= cutoff:
         return RejectedRecord(
             Reason.RESCHEDULE_TOO_LATE,
             f"message {r.delay_id!r} is released at {message.release_at_ms}; a reschedule "

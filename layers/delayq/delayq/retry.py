@@ -45,6 +45,8 @@ RETRYABLE_CODES = frozenset(
         "ServiceUnavailable",
         "SlowDown",
         "TransactionInProgressException",
+        # A plain write of an item a transaction is using at that moment (DynamoDB refuses it).
+        "TransactionConflictException",
     }
 )
 

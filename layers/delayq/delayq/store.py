@@ -424,8 +424,8 @@ def condition_failed(error: StoreError) -> bool:
 
 
 def cancelled_by(error: StoreError) -> list[str]:
-    """The code of each item of a cancelled transaction (``None`` for the items that would
-    have held); empty for any other error."""
+    """The code of each item of a cancelled transaction (the string ``"None"`` for the items
+    that would have held), in the transaction's order; empty for any other error."""
     cause = error.__cause__
     if not isinstance(cause, ClientError):
         return []
@@ -570,13 +570,13 @@ class MessageStore:
         """Record reschedules ``(reschedule, the release second of the version it moves,
         deadline)`` in the marker items of their ids, each within its deadline (its cutoff).
 
-        First the control clocks: raised, and the reschedules announced (``control_clock``:
-        until when their writes may land); then each marker in a transaction that holds only
-        while no emitter has sealed the old release second, so a write that lands after an
-        emitter read the markers changes nothing. A later reschedule of the id already
-        recorded wins, whatever order they are processed in."""
+        First the control clocks are raised; then each marker is written in a transaction
+        that holds only while no emitter has sealed the old release second
+        (``control_clock``), so a write that lands after an emitter read the markers changes
+        nothing. A later reschedule of the id already recorded wins, whatever order they are
+        processed in."""
         expires = self._marker_expires(now_ms)
-        self._raise_clocks([(r.delay_id, r.ts_ms, d) for r, _, d in reschedules], now_ms, True)
+        self._raise_clocks([(r.delay_id, r.ts_ms, d) for r, _, d in reschedules], now_ms)
         futures = [
             self._pool.submit(self._put_reschedule, r, second, now_ms, expires, d)
             for r, second, d in reschedules
@@ -593,8 +593,7 @@ class MessageStore:
         deadline: Deadline,
     ) -> RescheduleWrite:
         if deadline.expired():
-            # Its cutoff passed before the write could start: an emitter may read the old
-            # version's markers already, unannounced (delayq.reschedule).
+            # Its cutoff passed before the write could start (delayq.reschedule).
             raise StoreError(f"reschedule {reschedule.src} not recorded before its cutoff")
         shard, _ = control_clock.shard_and_bucket(reschedule.delay_id, self._shards)
         unsealed = {
@@ -627,10 +626,14 @@ class MessageStore:
             )
         except StoreError as e:
             reasons = cancelled_by(e)
-            if reasons[:1] == ["ConditionalCheckFailed"]:
-                return RescheduleWrite.SEALED
             if reasons[1:2] == ["ConditionalCheckFailed"]:
                 return RescheduleWrite.SUPERSEDED
+            if reasons[:1] == ["ConditionalCheckFailed"]:
+                # An earlier try of this write (a timed-out one) may have landed before the
+                # seal; the seal stops any other, so the marker now says which.
+                found = self.markers([reschedule.delay_id], deadline).get(reschedule.delay_id)
+                landed = found is not None and found.rescheduled_by(reschedule)
+                return RescheduleWrite.RECORDED if landed else RescheduleWrite.SEALED
             raise
         return RescheduleWrite.RECORDED
 
@@ -696,49 +699,34 @@ class MessageStore:
             },
         }
 
-    def _raise_clocks(
-        self,
-        controls: Sequence[tuple[str, int, Deadline]],
-        now_ms: int,
-        announce: bool = False,
-    ) -> None:
+    def _raise_clocks(self, controls: Sequence[tuple[str, int, Deadline]], now_ms: int) -> None:
         """Raise the control clock of each ``(id, record timestamp, deadline)`` before its
         marker is written, so that an emitter that sees the marker's effect cannot have
         skipped its read: one raise per bucket (its latest second), the buckets of one shard
-        one after another (one item), the shards in parallel. With ``announce`` (reschedules),
-        each shard's clock then says until when their marker writes may land, within the
-        shortest deadline of its reschedules."""
+        one after another (one item), the shards in parallel."""
         latest: dict[tuple[int, str], tuple[int, Deadline]] = {}
-        first_due: dict[int, Deadline] = {}
         for delay_id, ts_ms, deadline in controls:
             if deadline.expired():
                 continue  # its marker is not written either (a reschedule past its cutoff)
-            shard, bucket = control_clock.shard_and_bucket(delay_id, self._shards)
+            key = control_clock.shard_and_bucket(delay_id, self._shards)
             second = control_clock.record_second(ts_ms)
-            if (shard, bucket) not in latest or second > latest[(shard, bucket)][0]:
-                latest[(shard, bucket)] = (second, deadline)
-            kept = first_due.get(shard)
-            if kept is None or deadline.remaining_seconds() < kept.remaining_seconds():
-                first_due[shard] = deadline
+            if key not in latest or second > latest[key][0]:
+                latest[key] = (second, deadline)
         by_shard: dict[int, list[tuple[str, int, Deadline]]] = {}
         for (shard, bucket), (second, deadline) in sorted(latest.items()):
             by_shard.setdefault(shard, []).append((bucket, second, deadline))
-        until = control_clock.record_second(now_ms) + control_clock.PENDING_SECONDS
 
         def raise_shard(shard: int, raises: list[tuple[str, int, Deadline]]) -> None:
             for bucket, second, deadline in raises:
                 self._update_clock(shard, bucket, second, now_ms, deadline)
-            if announce:
-                self._update_clock(
-                    shard, control_clock.ATTR_PENDING, until, now_ms, first_due[shard]
-                )
 
         _raise_first([self._pool.submit(raise_shard, s, r) for s, r in by_shard.items()])
 
     def seal(self, seconds: Mapping[int, int], now_ms: int, deadline: Deadline) -> None:
         """Seal each shard's clock at a release second (``{shard: second}``) before reading
-        the markers of messages released up to it: a reschedule's marker write that lands
-        later fails (``control_clock``). In parallel; a later seal already there stays."""
+        the clocks and markers of stored messages released up to it: a reschedule's marker
+        write that lands later fails (``control_clock``). In parallel; a later seal already
+        there stays."""
         _raise_first(
             [
                 self._pool.submit(
@@ -751,9 +739,9 @@ class MessageStore:
     def _update_clock(
         self, shard: int, attribute: str, value: int, now_ms: int, deadline: Deadline
     ) -> None:
-        """Raise ``attribute`` of ``shard``'s control clock (a bucket, the announcement or
-        the seal) to ``value``, the clock created with its floor if missing; a larger value
-        already there stays."""
+        """Raise ``attribute`` of ``shard``'s control clock (a bucket or the seal) to
+        ``value``, the clock created with its floor if missing; a larger value already there
+        stays."""
         try:
             self._call(
                 f"update control clock {attribute}",
@@ -979,25 +967,26 @@ class MessageStore:
     ) -> list[bool]:
         """For each request, whether a cancel or a reschedule applies to it
         (:meth:`Marker.applies`): two messages with one id may differ, when the id was
-        cancelled or rescheduled between them. Reads the clocks of the requests' shards, then
-        only the markers they do not rule out; where a reschedule is announced, seals the
-        release seconds first (``control_clock``)."""
+        cancelled or rescheduled between them. Reads the clocks of the requests' shards
+        (sealing first, and reading again, those not sealed up to the release second of a
+        movable request: ``control_clock``), then only the markers they do not rule out."""
         if not requests:
             return []
         shards = [buckets.shard_of(r.delay_id, self._shards) for r in requests]
         clocks = self.control_clocks(shards, now_ms, deadline)
+        needed: dict[int, int] = {}
+        for r, shard in zip(requests, shards, strict=True):
+            if r.movable:
+                needed[shard] = max(needed.get(shard, 0), r.release_at_ms // 1000)
+        unsealed = {s: second for s, second in needed.items() if clocks[s].sealed < second}
+        if unsealed:
+            self.seal(unsealed, now_ms, deadline)
+            clocks.update(self.control_clocks(unsealed, now_ms, deadline))
         to_read = [
             r
             for r, shard in zip(requests, shards, strict=True)
             if clocks[shard].may_apply(r, self._shards)
         ]
-        seals: dict[int, int] = {}
-        for r in to_read:
-            shard = buckets.shard_of(r.delay_id, self._shards)
-            if clocks[shard].pending_at(now_ms):
-                seals[shard] = max(seals.get(shard, 0), r.release_at_ms // 1000)
-        if seals:
-            self.seal(seals, now_ms, deadline)
         markers = self.markers([r.delay_id for r in to_read], deadline) if to_read else {}
         return [r.delay_id in markers and markers[r.delay_id].applies(r) for r in requests]
 
