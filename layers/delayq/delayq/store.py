@@ -66,8 +66,8 @@ class RescheduleWrite(enum.Enum):
     RECORDED = "recorded"
     # A later reschedule of the id is recorded already: that one wins.
     SUPERSEDED = "superseded"
-    # An emitter read the old version's markers first (``control_clock``): it goes at its
-    # old time.
+    # The old release second was sealed first (by an emitter about to read its markers, or
+    # a retried batch refusing a reschedule: ``control_clock``): it goes at its old time.
     SEALED = "sealed"
 
 
