@@ -37,7 +37,7 @@ __all__ = [
     "BATCH_SECONDS",
     "FAILED_BATCH_PREFIX",
     "SEND_CHUNK",
-    "Outcome",
+    "RequeueOutcome",
     "removed_messages",
     "requeue_failed_batches",
 ]
@@ -74,7 +74,7 @@ def removed_messages(batch: Mapping[str, Any]) -> list[DelayRequest]:
 
 
 @dataclass
-class Outcome:
+class RequeueOutcome:
     """What :func:`requeue_failed_batches` did (in a dry run: what it would have done)."""
 
     moved: int = 0  # messages queued (their objects deleted)
@@ -92,12 +92,12 @@ def requeue_failed_batches(
     pace: Callable[[int], None] | None,
     dry_run: bool,
     clock: Clock,
-) -> Outcome:
+) -> RequeueOutcome:
     """Queue the messages of up to ``limit`` failed batches (default: all) in ``bucket``;
     ``pace(n)`` waits until ``n`` more messages may go. A ``dry_run`` reads and counts but
     writes and deletes nothing. An object that cannot be read, or whose messages the delay
     queue refused, stays where it is."""
-    outcome = Outcome()
+    outcome = RequeueOutcome()
     for index, key in enumerate(_keys(s3, bucket)):
         if limit is not None and index >= limit:
             break
