@@ -36,7 +36,9 @@ its page; checked November 2026):
 * **emitter**: receives (10 messages per ReceiveMessage) and hand-over, the control-clock
   read (one BatchGetItem of every shard's clock, strongly consistent: one read unit on each
   ``clock#<shard>`` partition, which every emitter shares; the traffic holds no cancels, so no
-  marker is read, ``delayq.control_clock``), holds to the release time, then the measured CPU per
+  marker is read, ``delayq.control_clock``; the seals of a release second, one write and one
+  read per shard by its first batch, are left out), holds to the release time, then the
+  measured CPU per
   message at its vCPU share and one flush; messages of a batch leave in order, so lateness
   within a batch grows message by message.
 
