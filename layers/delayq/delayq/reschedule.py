@@ -125,7 +125,8 @@ def reschedule(
         _fence(outcome.too_late, store, settings.shards, clock, deadline)
     writes = iter(
         store.put_reschedules(
-            [(r, _release_second(b), d) for r, b, _, d in to_record if d is not None], clock()
+            [(r, due_second(b.release_at_ms), d) for r, b, _, d in to_record if d is not None],
+            clock(),
         )
     )
     for r, base, copy, recording in to_record:
@@ -158,16 +159,12 @@ def _fence(
     seals: dict[int, int] = {}
     for r, base in too_late:
         shard = buckets.shard_of(r.delay_id, shards)
-        seals[shard] = max(seals.get(shard, 0), _release_second(base))
+        seals[shard] = max(seals.get(shard, 0), due_second(base.release_at_ms))
     store.seal(seals, clock(), deadline)
     markers = store.markers([r.delay_id for r, _ in too_late], deadline)
     landed = [r.src for r, _ in too_late if markers.get(r.delay_id, Marker()).rescheduled_by(r)]
     if landed:
         raise StoreError(f"reschedules {landed} were recorded by an earlier run: retry the batch")
-
-
-def _release_second(message: DelayRequest) -> int:
-    return message.release_at_ms // 1000
 
 
 def _resolve(

@@ -24,6 +24,7 @@ __all__ = [
     "RETRYABLE_CODES",
     "Backoff",
     "Deadline",
+    "cancellation_codes",
     "error_code",
     "is_retryable",
     "retry_call",
@@ -75,10 +76,17 @@ def is_retryable(error: BaseException) -> bool:
     if code == "TransactionCanceledException":
         # Cancelled by a conflict with another write or by throttling: worth another try;
         # by a failed condition: not.
-        reasons = {r.get("Code") for r in error.response.get("CancellationReasons", [])}
+        reasons = set(cancellation_codes(error))
         return bool(reasons & RETRYABLE_CANCELLATIONS) and "ConditionalCheckFailed" not in reasons
     status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
     return code in RETRYABLE_CODES or status >= 500
+
+
+def cancellation_codes(error: ClientError) -> list[str]:
+    """Why DynamoDB cancelled a transaction: a code per item in the transaction's order (the
+    string ``"None"`` for an item that would have held); empty for any other error."""
+    reasons = error.response.get("CancellationReasons", [])
+    return [str(r.get("Code", "None")) for r in reasons]
 
 
 def error_code(error: BaseException) -> str:

@@ -25,7 +25,15 @@ from delayq.envelope import headers_from_json, headers_json
 from delayq.exceptions import StoreError, WatermarkConflictError
 from delayq.ordering import Marker, order_token, record_order
 from delayq.records import CancelRequest, DelayRequest, RescheduleRequest
-from delayq.retry import AWS_ERRORS, Backoff, Deadline, is_retryable, retry_call, retry_partial
+from delayq.retry import (
+    AWS_ERRORS,
+    Backoff,
+    Deadline,
+    cancellation_codes,
+    is_retryable,
+    retry_call,
+    retry_partial,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -427,9 +435,7 @@ def cancelled_by(error: StoreError) -> list[str]:
     """The code of each item of a cancelled transaction (the string ``"None"`` for the items
     that would have held), in the transaction's order; empty for any other error."""
     cause = error.__cause__
-    if not isinstance(cause, ClientError):
-        return []
-    return [r.get("Code", "None") for r in cause.response.get("CancellationReasons", [])]
+    return cancellation_codes(cause) if isinstance(cause, ClientError) else []
 
 
 def cancel_key(delay_id: str, shards: int) -> Item:
@@ -977,7 +983,7 @@ class MessageStore:
         needed: dict[int, int] = {}
         for r, shard in zip(requests, shards, strict=True):
             if r.movable:
-                needed[shard] = max(needed.get(shard, 0), r.release_at_ms // 1000)
+                needed[shard] = max(needed.get(shard, 0), buckets.due_second(r.release_at_ms))
         unsealed = {s: second for s, second in needed.items() if clocks[s].sealed < second}
         if unsealed:
             self.seal(unsealed, now_ms, deadline)
