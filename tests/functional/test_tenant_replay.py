@@ -132,3 +132,56 @@ def test_a_lost_counter_response_is_not_counted_twice(limited: Pipeline) -> None
     assert_first_attempt_decisions(limited, result)
     assert set(stored(limited).values()) == {1}
     assert rejected_offsets(limited) == [103, 104]
+
+
+def record_of(tenant: str, partition: int, offset: int) -> dict[str, Any]:
+    """``tenant``'s record at ``offset`` of ``partition``, due at STORED_DUE_MS."""
+    name = f"{tenant}-{partition}-{offset}"
+    return kafka_record(
+        offset=offset,
+        partition=partition,
+        target="reminders",
+        deliver_at=str(STORED_DUE_MS),
+        id=name,
+        tenant=tenant,
+        value=name.encode(),
+    )
+
+
+def test_a_redelivered_batch_holding_more_records_keeps_the_first_decisions(
+    limited: Pipeline,
+) -> None:
+    """Kafka retries a batch from its first offset with the records there by then: the
+    retry holds more records than the first attempt. The records both attempts hold are
+    decided as the first time (never kept by one and rejected by the other); the new ones
+    get what the quota has left."""
+    records = [record_of("noisy", 0, i) for i in range(5)]
+    first = limited.ingest(kafka_event(*records[:2]))
+    assert first.rejected == []
+    limited.clock.advance(1_500)
+    again = dataclasses.replace(limited, shaper=Shaper(limited.store, limited.settings.limits))
+    second = again.ingest(kafka_event(*records))
+    assert sorted(r.offset or 0 for r in second.rejected) == [3, 4]
+    assert set(stored(limited)) == {(f"noisy-0-{i}", STORED_DUE_MS // 1000) for i in range(3)}
+    assert rejected_offsets(limited) == [3, 4]
+
+
+def test_release_slots_of_a_redelivered_batch_of_two_partitions_holding_more_records(
+    limited: Pipeline,
+) -> None:
+    """The cap's slots (40/s) of a batch of two partitions: a retry holding more records of
+    both gives the first attempt's records the slots they had, the new ones what is left."""
+    due = STORED_DUE_MS // 1000
+
+    def attempt(per_partition: int) -> list[dict[str, Any]]:
+        return [record_of("bulk", p, i) for p in (0, 1) for i in range(per_partition)]
+
+    limited.ingest(kafka_event(*attempt(20)))
+    first = released(limited)
+    assert set(first.values()) == {due}
+    again = dataclasses.replace(limited, shaper=Shaper(limited.store, limited.settings.limits))
+    again.ingest(kafka_event(*attempt(30)))
+    assert set(stored(limited).values()) == {1}  # each message stored once
+    seconds = released(limited)
+    assert {i: seconds[i] for i in first} == first
+    assert Counter(seconds.values()) == {due: 40, due + 1: 20}

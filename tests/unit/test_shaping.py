@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -29,14 +30,23 @@ class DictCounters:
         self.values: Counter[tuple[str, int]] = Counter()
         self.claims = 0
 
-    def __call__(self, key: str, second: int, amount: int) -> int:
+    def __call__(self, key: str, second: int, positions: Sequence[int]) -> list[int]:
         self.claims += 1
-        self.values[key, second] += amount
-        return self.values[key, second]
+        before = self.values[key, second]
+        self.values[key, second] += len(positions)
+        return list(range(before, before + len(positions)))
+
+
+def summary(slots: dict[int, tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """``[(second, how many, the lowest rank there), ...]`` in order of seconds."""
+    seconds: dict[int, list[int]] = {}
+    for second, rank in slots.values():
+        seconds.setdefault(second, []).append(rank)
+    return [(second, len(ranks), min(ranks)) for second, ranks in sorted(seconds.items())]
 
 
 def test_slots_fill_each_second_up_to_the_cap() -> None:
-    assert release_slots(DictCounters(), "rate#a", 100, 7, 3) == [
+    assert summary(release_slots(DictCounters(), "rate#a", 100, 7, 3)) == [
         (100, 3, 0),
         (101, 3, 0),
         (102, 1, 0),
@@ -47,19 +57,19 @@ def test_slots_take_only_the_room_left_in_a_second() -> None:
     counters = DictCounters()
     counters.values["rate#a", 100] = 2
     # The first gets rank 2 in its second (two were counted there before it).
-    assert release_slots(counters, "rate#a", 100, 4, 3) == [(100, 1, 2), (101, 3, 0)]
+    assert summary(release_slots(counters, "rate#a", 100, 4, 3)) == [(100, 1, 2), (101, 3, 0)]
 
 
 def test_an_overshot_counter_grants_nothing_more() -> None:
     # Concurrent batches each added their whole count: the second is over its cap.
     counters = DictCounters()
     counters.values["rate#a", 100] = 9
-    assert release_slots(counters, "rate#a", 100, 2, 3) == [(101, 2, 0)]
+    assert summary(release_slots(counters, "rate#a", 100, 2, 3)) == [(101, 2, 0)]
 
 
 def test_a_cap_too_low_for_the_traffic_says_so() -> None:
-    def always_full(_key: str, _second: int, amount: int) -> int:
-        return 10**9 + amount
+    def always_full(_key: str, _second: int, positions: Sequence[int]) -> list[int]:
+        return [10**9] * len(positions)
 
     with pytest.raises(NoReleaseSlotError, match=r"release cap of 'a' \(1/s\) cannot place"):
         release_slots(always_full, "rate#a", 100, 1, 1)
@@ -69,7 +79,7 @@ def test_past_full_seconds_the_probe_gallops_and_never_exceeds_the_cap() -> None
     counters = DictCounters()
     for second in range(100, 1100):  # a long burst another container placed
         counters.values["rate#a", second] = 3
-    slots = release_slots(counters, "rate#a", 100, 5, 3)
+    slots = summary(release_slots(counters, "rate#a", 100, 5, 3))
     assert counters.claims < 40  # not one claim per full second
     assert sum(n for _, n, _ in slots) == 5
     assert all(second >= 1100 for second, _, _ in slots)
@@ -107,11 +117,15 @@ def burst(
     ]
 
 
-def more(tenant: str, count: int, **kw: Any) -> list[DelayRequest]:
-    """Other records of ``tenant``'s: new ids at later offsets."""
+def more(
+    tenant: str, count: int, prefix: str = "more", first: int = 100, **kw: Any
+) -> list[DelayRequest]:
+    """Other records of ``tenant``'s: new ids (``prefix``) from offset ``first`` on."""
     return [
-        dataclasses.replace(r, delay_id=f"more-{r.delay_id}", src=f"{r.src}00")
-        for r in burst(tenant, count, **kw)
+        dataclasses.replace(
+            r, delay_id=f"{prefix}-{r.delay_id}", src=f"delay-{tenant}-0-{first + i}"
+        )
+        for i, r in enumerate(burst(tenant, count, **kw))
     ]
 
 
@@ -150,7 +164,7 @@ def test_a_capped_burst_goes_out_at_the_cap_from_its_due_time_never_before(
 def test_slots_follow_due_order(store: MessageStore) -> None:
     shaper = Shaper(store, parse_limits('{"bulk": {"release_per_second": 2}}'))
     late = burst("bulk", 2, due_ms=DUE_S * 1000 + 900)
-    early = [dataclasses.replace(r, delay_id=f"e-{i}") for i, r in enumerate(burst("bulk", 3))]
+    early = more("bulk", 3, prefix="e")
     admission = shaper.admit(late + early, NOW_MS, Deadline.after(30))
     released = {r.delay_id: r.release_at_ms for r in admission.admitted}
     assert max(released[r.delay_id] for r in early) <= min(released[r.delay_id] for r in late)
@@ -162,10 +176,7 @@ def test_containers_sharing_a_cap_never_exceed_it(aws: AwsResources) -> None:
     admitted: list[DelayRequest] = []
     for round_ in range(4):
         for n, shaper in enumerate(containers):
-            batch = [
-                dataclasses.replace(r, delay_id=f"{round_}-{n}-{r.delay_id}")
-                for r in burst("bulk", 5)
-            ]
+            batch = more("bulk", 5, prefix=f"{round_}-{n}", first=(round_ * 3 + n) * 5)
             admitted += shaper.admit(batch, NOW_MS, Deadline.after(30)).admitted
     assert len(admitted) == 60
     assert max(per_second(admitted).values()) <= 7
@@ -256,7 +267,7 @@ def test_messages_a_cap_cannot_place_are_refused_and_the_rest_admitted(
     # Seconds due, +1, +2 hold 6; the other tenant has no limit.
     assert len(admission.admitted) == 6
     assert admission.refused == []
-    late = [dataclasses.replace(r, delay_id=f"late-{r.delay_id}") for r in burst("bulk", 3)]
+    late = more("bulk", 3, prefix="late")
     refused = shaper.admit(late, NOW_MS, Deadline.after(30)).refused
     assert [r.delay_id for r, _ in refused] == ["late-bulk-0", "late-bulk-1", "late-bulk-2"]
     assert "release cap of 'bulk' (2/s) cannot place it within 2 s" in refused[0][1]
@@ -369,7 +380,10 @@ def test_a_claim_answered_after_its_seconds_deadline_is_not_used(store: MessageS
 
 def test_late_messages_keep_their_release_order(store: MessageStore) -> None:
     older = late("bulk", 3, seconds_late=120)
-    newer = [dataclasses.replace(r, delay_id=f"n-{r.delay_id}") for r in late("bulk", 4, 30)]
+    newer = [
+        dataclasses.replace(r, delay_id=f"n-{r.delay_id}", src=f"{r.src}-n")
+        for r in late("bulk", 4, 30)
+    ]
     plan = Shaper(store, CAPS).catch_up(newer + older, NOW_MS, Deadline.after(30))
     slot_of_older = [plan.slots[i] for i in range(4, 7)]
     slot_of_newer = [plan.slots[i] for i in range(4)]

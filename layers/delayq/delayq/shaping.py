@@ -22,15 +22,21 @@ counter an add overshot (several batches at once) grants nothing more: the limit
 exceeded. The quota counts the seconds of the records' own timestamps (the delay topic's
 clock), not ingest's clock.
 
-**Replays.** Every add is a claim (:meth:`MessageStore.claim_counter`) named after the
-records it counts (their coordinates and ids), the counter and the second: the add keeps the
-counter's value before it under that name, so a claim made again (a lost response retried, a
-redelivered batch) adds nothing and answers as the first time did. Decisions depend only on
-the records and on those answers (no container memory: admission makes the same claims in
-the same order), so a redelivered batch is admitted, refused and deferred as its first
-attempt was, and gets the same release slots: a message is stored once, and a record kept is
-never also rejected. A redelivered batch holding other records than the first attempt of the
-same tenant and second makes other claims: counted again (stricter, never over a limit).
+**Replays.** Every add is a claim (:meth:`MessageStore.claim_counter`) of a span of one
+source partition's records (offsets ``first..last``), named after the partition, the first
+offset, the counter and the second; the add keeps the counter's value before it and the
+span's last offset under that name. Each record's *rank* is the counter's value before it
+(the claim's value before, plus its place in the span), and a record passes a limit when its
+rank is under it. A claim made again (a lost response retried, a redelivered batch) adds
+nothing and answers as the first time did; a redelivered batch holding more records than the
+first attempt (Kafka retries from the batch's first offset with the records there by then)
+finds the first attempt's span, ranks those records as it did, and claims the rest as a span
+of its own. Decisions depend only on the records and on those answers (no container memory),
+so every record of a redelivered batch is admitted, refused and deferred as in its first
+attempt, and gets the same release slot: a message is stored once, and a record kept is never
+also rejected. (A batch that starts inside a span an earlier attempt claimed, which the event
+source does not do, counts its records again: stricter, never over a limit. Records without
+source coordinates are claimed as one group named after them.)
 
 **While the pipeline catches up** (after a target outage, behind a backlog), a capped
 tenant's messages whose release second has passed would all go out at once. With
@@ -69,8 +75,9 @@ __all__ = [
     "release_slots",
 ]
 
-#: Adds ``n`` to the counter of ``(key, second)`` and returns the new value.
-Claim = Callable[[str, int, int], int]
+#: Claims the records at ``positions`` (of a group a claim was made for) on the counter of
+#: ``(key, second)``: their ranks there (the counter's value before each), in that order.
+Claim = Callable[[str, int, Sequence[int]], list[int]]
 
 
 class NoReleaseSlotError(Exception):
@@ -92,22 +99,23 @@ def release_slots(
     *,
     first_second: int | None = None,
     spread: int | None = None,
-) -> list[tuple[int, int, int]]:
-    """Spread ``count`` messages due in ``due_second`` over the seconds from
-    ``first_second`` (default: their due second) on, at most ``per_second`` in each:
-    ``[(second, how many, the first one's rank in that second), ...]`` in order.
+) -> dict[int, tuple[int, int]]:
+    """Spread ``count`` messages (positions ``0..count-1`` of the group ``claim`` counts) due
+    in ``due_second`` over the seconds from ``first_second`` (default: their due second) on:
+    a message goes in the first second where its rank is under ``per_second``.
+    ``{position: (second, rank)}``.
 
     Past full seconds the probe gallops (1, 2, 4 ... up to ``RELEASE_PROBE_MAX_STEP``
     seconds at a time), so that a container that has not seen a long burst's full seconds
     finds the first with room in a few hundred claims rather than one per second; a second
     it skips keeps its room for others, so releases come at most that much later, never
-    earlier and never over the cap. No slot more than ``spread`` seconds (default
-    ``MAX_RELEASE_SPREAD_SECONDS``) after the due second is taken: :class:`NoReleaseSlotError`
-    then."""
+    earlier and never over the cap (each rank is one place in the counter). No slot more
+    than ``spread`` seconds (default ``MAX_RELEASE_SPREAD_SECONDS``) after the due second is
+    taken: :class:`NoReleaseSlotError` then."""
     spread = c.MAX_RELEASE_SPREAD_SECONDS if spread is None else spread
-    slots: list[tuple[int, int, int]] = []
+    slots: dict[int, tuple[int, int]] = {}
     second = due_second if first_second is None else max(due_second, first_second)
-    left, step, last_full = count, 1, second - 1
+    left, step, last_full = list(range(count)), 1, second - 1
     while left:
         if second - due_second > spread:
             raise NoReleaseSlotError(
@@ -115,12 +123,14 @@ def release_slots(
                 f" cannot place it within {spread} s of its due time",
                 last_full,
             )
-        after = claim(key, second, left)
-        before = after - left
-        granted = max(0, min(left, per_second - before))
+        granted = {
+            position: (second, rank)
+            for position, rank in zip(left, claim(key, second, left), strict=True)
+            if rank < per_second
+        }
         if granted:
-            slots.append((second, granted, before))
-            left -= granted
+            slots.update(granted)
+            left = [position for position in left if position not in granted]
             second, step = second + 1, 1
         else:
             last_full = second
@@ -234,11 +244,10 @@ class Shaper:
         over: list[DelayRequest] = []
         for second, same in itertools.groupby(requests, key=lambda r: r.ts_ms // 1000):
             group = list(same)
-            claim = self._claim(deadline, _tag("quota", group))
-            after = claim(f"{c.QUOTA_PK_PREFIX}{tenant}", second, len(group))
-            room = max(0, per_second - (after - len(group)))
-            within += group[:room]
-            over += group[room:]
+            claim = self._claim_spans(deadline, "quota", group)
+            ranks = claim(f"{c.QUOTA_PK_PREFIX}{tenant}", second, range(len(group)))
+            for request, rank in zip(group, ranks, strict=True):
+                (within if rank < per_second else over).append(request)
         return within, over
 
     def _release(
@@ -258,15 +267,13 @@ class Shaper:
         ordered = sorted(requests, key=lambda r: (r.due_ms, record_order(r)))
         for second, same in itertools.groupby(ordered, key=lambda r: buckets.due_second(r.due_ms)):
             group = list(same)
-            claim = self._claim(deadline, _tag(purpose, group))
+            claim = self._claim_spans(deadline, purpose, group)
             try:
                 slots = release_slots(claim, key, second, len(group), per_second)
             except NoReleaseSlotError as e:
                 admission.refused += [(r, str(e)) for r in group]
                 continue
-            for slot, count, first_rank in slots:
-                out.extend(_released(r, slot, first_rank + n) for n, r in enumerate(group[:count]))
-                group = group[count:]
+            out.extend(_released(r, *slots[n]) for n, r in enumerate(group))
         return out
 
     def catch_up(
@@ -329,15 +336,13 @@ class Shaper:
             except DelayQueueError as e:
                 out.unplaced.update((i, str(e)) for i in indexes)
                 continue
-            placed = iter(indexes)
             answered_ms = clock() if clock is not None else now_ms
-            for second, count, _ in slots:
-                for _ in range(count):
-                    index = next(placed)
-                    if answered_ms + self.claim_lead_ms < second * 1000:
-                        out.slots[index] = second * 1000
-                    else:
-                        out.again.add(index)
+            for position, (second, _) in slots.items():
+                index = indexes[position]
+                if answered_ms + self.claim_lead_ms < second * 1000:
+                    out.slots[index] = second * 1000
+                else:
+                    out.again.add(index)
                 self._full[key] = max(self._full.get(key, second - 1), second - 1)
         return out
 
@@ -379,26 +384,78 @@ class Shaper:
         made once per ``tag`` (the records it counts), counter and amount; ``counter``: the
         attribute counted (``n``, or the late count)."""
 
-        def claim(key: str, second: int, amount: int) -> int:
-            expires = second + c.COUNTER_KEEP_SECONDS
-            # The names of the ``n`` claims are those earlier versions made (a replay across
-            # a deploy finds them).
+        def claim(key: str, second: int, positions: Sequence[int]) -> list[int]:
             counted = key if counter == "n" else f"{key}/{counter}"
-            name = _claim_name(tag, counted, second, amount)
-            return self.store.claim_counter(
-                f"{key}#{second}", amount, name, expires, deadline, counter=counter
+            name = _claim_name(f"{tag}|{counted}|{second}|{len(positions)}")
+            before, _ = self.store.claim_counter(
+                f"{key}#{second}", len(positions), name, _expiry(second), deadline, counter=counter
             )
+            return list(range(before, before + len(positions)))
 
         return claim
+
+    def _claim_spans(
+        self, deadline: Deadline, purpose: str, group: Sequence[DelayRequest]
+    ) -> Claim:
+        """Claims of ``group``'s records (on the ``n`` count) by spans of source offsets, one
+        partition at a time (see the module's docstring, Replays): a record's rank is the same
+        in every batch that holds it."""
+
+        def claim(key: str, second: int, positions: Sequence[int]) -> list[int]:
+            ranks: dict[int, int] = {}
+            runs: dict[str, list[tuple[int, int]]] = {}
+            loose: list[int] = []
+            for position in positions:
+                head, offset = source_of(group[position])
+                if offset < 0:
+                    loose.append(position)
+                else:
+                    runs.setdefault(head, []).append((offset, position))
+            for head, run in runs.items():
+                rest = sorted(run)
+                while rest:
+                    name = _claim_name(f"{purpose}|{head}|{rest[0][0]}|{key}|{second}")
+                    before, last = self.store.claim_counter(
+                        f"{key}#{second}",
+                        len(rest),
+                        name,
+                        _expiry(second),
+                        deadline,
+                        span_end=rest[-1][0],
+                    )
+                    # A claim of this span made before covers its records up to ``last``;
+                    # they are ranked in the group's order (due order, for release slots).
+                    covered = sorted(p for offset, p in rest if offset <= last) or [rest[0][1]]
+                    ranks.update((p, before + n) for n, p in enumerate(covered))
+                    rest = rest[len(covered) :]
+            if loose:
+                tag = _tag(purpose, (group[p] for p in loose))
+                ranks.update(
+                    zip(loose, self._claim(deadline, tag)(key, second, loose), strict=True)
+                )
+            return [ranks[p] for p in positions]
+
+        return claim
+
+
+def _expiry(second: int) -> int:
+    """When a counter item of ``second`` may go (kept a day after it)."""
+    return second + c.COUNTER_KEEP_SECONDS
+
+
+def source_of(request: DelayRequest) -> tuple[str, int]:
+    """``(topic-partition, offset)`` of the record a request came from; offset -1 for one
+    without source coordinates (a reschedule's copy)."""
+    head, _, offset = request.src.rpartition("-")
+    if head and offset.isdigit():
+        return head, int(offset)
+    return request.src, -1
 
 
 def record_order(request: DelayRequest) -> tuple[int, str, int, str]:
     """The records' own order (invariant 12): timestamp, then partition and offset (then id,
     for a reschedule's copies and records without coordinates)."""
-    head, _, offset = request.src.rpartition("-")
-    if head and offset.isdigit():
-        return request.ts_ms, head, int(offset), request.delay_id
-    return request.ts_ms, request.src, -1, request.delay_id
+    return request.ts_ms, *source_of(request), request.delay_id
 
 
 def _tag(purpose: str, requests: Iterable[DelayRequest]) -> str:
@@ -409,10 +466,9 @@ def _tag(purpose: str, requests: Iterable[DelayRequest]) -> str:
     return digest.hexdigest()
 
 
-def _claim_name(tag: str, counter: str, second: int, amount: int) -> str:
-    """The attribute that records one claim on a counter item (20 bytes)."""
-    raw = f"{tag}|{counter}|{second}|{amount}".encode()
-    return "c" + hashlib.blake2b(raw, digest_size=8).hexdigest()
+def _claim_name(what: str) -> str:
+    """The attribute that records one claim on a counter item (17 bytes)."""
+    return "c" + hashlib.blake2b(what.encode(), digest_size=8).hexdigest()
 
 
 def _released(request: DelayRequest, slot_second: int, rank: int) -> DelayRequest:

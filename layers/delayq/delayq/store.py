@@ -818,16 +818,21 @@ class MessageStore:
         deadline: Deadline,
         *,
         counter: str = "n",
-    ) -> int:
+        span_end: int = -1,
+    ) -> tuple[int, int]:
         """Add ``amount`` to the counter item ``pk`` once per ``claim`` (an attribute name
-        that identifies the records counted); returns the value after the claim's add, the
-        same on every replay of it (a lost response, a redelivered batch): the counter as it
-        was before the claim is kept in the ``claim`` attribute by the add itself. A replay
-        costs one failed conditional write and one strongly consistent read. ``counter``: the
-        attribute counted (``n``; ``l`` for late messages under strict caps)."""
+        that identifies the records counted); returns the counter's value before the claim's
+        add and the claim's ``span_end``, the same on every replay of it (a lost response, a
+        redelivered batch): the add itself keeps both under the claim's name (``claim`` and
+        ``claim`` + ``/``). ``span_end``: the last source offset the claim counts (-1: none).
+        A replay costs one failed conditional write and one strongly consistent read.
+        ``counter``: the attribute counted (``n``; ``l`` for late messages under strict caps)."""
+        span = f"{claim}/"
         expression = (
-            "SET #c = if_not_exists(#n, :zero), kind = :kind, #ttl = :expires ADD #n :amount"
+            "SET #c = if_not_exists(#n, :zero), #s = :span, kind = :kind, #ttl = :expires "
+            "ADD #n :amount"
         )
+        names = {"#n": counter, "#c": claim, "#s": span, "#ttl": c.ATTR_TTL}
         try:
             response = self._call(
                 "claim counter",
@@ -836,10 +841,11 @@ class MessageStore:
                     Key={c.ATTR_PK: {"S": pk}, c.ATTR_SK: {"S": "-"}},
                     UpdateExpression=expression,
                     ConditionExpression="attribute_not_exists(#c)",
-                    ExpressionAttributeNames={"#n": counter, "#c": claim, "#ttl": c.ATTR_TTL},
+                    ExpressionAttributeNames=names,
                     ExpressionAttributeValues={
                         ":amount": {"N": str(amount)},
                         ":zero": {"N": "0"},
+                        ":span": {"N": str(span_end)},
                         ":kind": {"S": c.KIND_COUNTER},
                         ":expires": {"N": str(expires_s)},
                     },
@@ -851,7 +857,7 @@ class MessageStore:
             if not condition_failed(e):
                 raise
         else:
-            return int(response["Attributes"][counter]["N"])
+            return int(response["Attributes"][counter]["N"]) - amount, span_end
         # Claimed before (its response was lost, or the batch is a replay).
         item = self._call(
             "read counter claim",
@@ -859,12 +865,12 @@ class MessageStore:
                 TableName=self._table,
                 Key={c.ATTR_PK: {"S": pk}, c.ATTR_SK: {"S": "-"}},
                 ConsistentRead=True,
-                ProjectionExpression="#c",
-                ExpressionAttributeNames={"#c": claim},
+                ProjectionExpression="#c, #s",
+                ExpressionAttributeNames={"#c": claim, "#s": span},
             ),
             deadline,
-        )
-        return int(item["Item"][claim]["N"]) + amount
+        )["Item"]
+        return int(item[claim]["N"]), int(item.get(span, {"N": str(span_end)})["N"])
 
     def late_counts(self, keys: Sequence[str], deadline: Deadline) -> dict[str, int]:
         """The late messages counted in each counter item ``keys`` (``rate#<tenant>#<second>``),
