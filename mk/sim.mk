@@ -7,9 +7,12 @@
 # A campaign too long for one session runs in chunks: `make sim-chunk SEEDS=12600-13599`
 # writes results/sim-campaign/seeds-12600-13599.json (a shard), and `make sim-merge` adds the
 # shards up, exactly, into results/sim-campaign.json (refused if their shapes or knobs differ
-# or their seeds overlap). MESSAGES sets each seed's requests (the campaigns use 1000). The
-# shards are committed, so any clone can merge them and check the README's figures.
-.PHONY: sim sim-chunk sim-merge mutants
+# or their seeds overlap). MESSAGES sets each seed's requests (the campaigns use 1000), LIMITS=1
+# runs them with tenant limits. `make sim-digest DIGEST=name` writes the campaign's digest to
+# results/digests/name.json (per shard: seeds, commit, figures and a checksum a re-run of its
+# seeds on its commit reproduces; the merged figures): the digests are committed, not the
+# shards.
+.PHONY: sim sim-chunk sim-merge sim-digest mutants
 SEEDS ?= 0-15
 LIMITED_SEEDS ?= $(SEEDS)
 HOURS ?=
@@ -26,11 +29,14 @@ sim: $(STAMP) ## deterministic simulation: SEEDS (default 0-15) without and LIMI
 	$(SIM_RUN) --seeds $(SEEDS) --out results/sim.json
 	$(SIM_RUN) --seeds $(LIMITED_SEEDS) --limits $(LIMITED_CORNERS) --out results/sim-limits.json
 
-sim-chunk: $(STAMP) ## one chunk of a long campaign: SEEDS=12600-13599 (MESSAGES, HOURS) -> results/sim-campaign/
-	$(SIM_RUN) --seeds $(SEEDS) --out $(SIM_CAMPAIGN)/seeds-$(SEEDS).json
+sim-chunk: $(STAMP) ## one chunk of a long campaign: SEEDS=12600-13599 (MESSAGES, HOURS, LIMITS=1) -> results/sim-campaign/
+	$(SIM_RUN) --seeds $(SEEDS) $(if $(LIMITS),--limits) --out $(SIM_CAMPAIGN)/seeds-$(SEEDS).json
 
 sim-merge: $(STAMP) ## merge the chunks in results/sim-campaign/ -> results/sim-campaign.json
 	PYTHONPATH=. $(PY) -m sim merge $(SIM_CAMPAIGN)/*.json --out $(SIM_CAMPAIGN).json
+
+sim-digest: $(STAMP) ## the digest of the chunks in results/sim-campaign/ -> results/digests/$(DIGEST).json
+	PYTHONPATH=. $(PY) -m sim digest $(SIM_CAMPAIGN)/*.json --out results/digests/$(DIGEST).json
 
 mutants: $(STAMP) ## mutation check: each fixed defect re-planted, seeds until one catches it -> results/mutants.json
 	PYTHONPATH=. $(PY) -m sim mutants --seeds $(SEEDS) --jobs $(SIM_WORKERS) --out results/mutants.json

@@ -4,7 +4,8 @@ Exit status: 0 when no seed broke a guarantee, 1 otherwise (each failing seed pr
 command that reproduces it, and the history of the messages that broke).
 
 ``python -m sim merge SHARD... --out FILE``: add up the results files of a campaign's chunks
-(each run's file is a shard, :mod:`sim.campaign`); exit status 2 when they cannot be merged
+(each run's file is a shard, :mod:`sim.campaign`; ``digest`` instead of ``merge`` writes the
+campaign's compact digest); exit status 2 when they cannot be merged
 exactly (other shapes or knobs, overlapping seeds).
 
 ``python -m sim mutants``: re-introduce fixed defects one at a time and check that seeds catch
@@ -19,7 +20,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from sim.campaign import ShardError, code_version, load, merge, text_of
+from sim.campaign import ShardError, code_version, digest, load, merge, text_of
 from sim.faults import Knobs
 from sim.run import RunResult, Summary, campaign
 from sim.workload import Shape
@@ -42,8 +43,8 @@ def seeds_of(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     given = sys.argv[1:] if argv is None else argv
-    if given[:1] == ["merge"]:
-        return merge_main(given[1:])
+    if given[:1] in (["merge"], ["digest"]):
+        return merge_main(given[1:], digests=given[0] == "digest")
     if given[:1] == ["mutants"]:
         from sim.mutants import main as mutants_main  # noqa: PLC0415
 
@@ -116,15 +117,23 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if summary.failing else 0
 
 
-def merge_main(argv: list[str]) -> int:
-    """``python -m sim merge``: one results file (and summary) of a campaign's shards."""
+def merge_main(argv: list[str], *, digests: bool = False) -> int:
+    """``python -m sim merge``: one results file (and summary) of a campaign's shards;
+    ``python -m sim digest``: the campaign's digest (:func:`sim.campaign.digest`) instead."""
+    command = "digest" if digests else "merge"
     parser = argparse.ArgumentParser(
-        prog="python -m sim merge",
+        prog=f"python -m sim {command}",
         description="Merge the results files of a campaign run in chunks (same shape and "
-        "knobs, disjoint seeds) into one, exactly.",
+        "knobs, disjoint seeds) into one, exactly"
+        + (": write its digest (per shard: seeds, commit, figures, checksum)." if digests else "."),
     )
     parser.add_argument("shards", type=Path, nargs="+", help="results files of the chunks")
-    parser.add_argument("--out", type=Path, required=True, help="the merged results file")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help=f"the {'digest' if digests else 'merged results'} file",
+    )
     args = parser.parse_args(argv)
     try:
         shards = [
@@ -137,7 +146,8 @@ def merge_main(argv: list[str]) -> int:
     _, first = shards[0]
     report = summary.as_dict(first["shape"], first["knobs"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    written = digest(shards, report) if digests else report
+    args.out.write_text(json.dumps(written, indent=2) + "\n")
     print(f"merged {len(shards)} shards")
     _print_summary(report, args.out)
     return 1 if summary.failing else 0

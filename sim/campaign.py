@@ -6,10 +6,17 @@ checker's 10 ms buckets, from which the percentiles are computed), the exact sim
 milliseconds, and the code that ran it (the git commit, and whether the tracked files had
 changes). Shards merge only when they ran the same shape and knobs over disjoint seeds; the
 merge is itself a shard, so merged campaigns merge again.
+
+A campaign is kept in the repository as a digest (``python -m sim digest``): per shard its
+seeds, the commit that ran it, its figures and a checksum of what it found (every field but
+the wall time and the code, so a shard run again from its seeds on its commit has the same
+one), and the merged figures without the histograms. The shards themselves are not kept: any
+of them is reproduced from its seeds and commit.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 from collections.abc import Iterable, Sequence
@@ -103,3 +110,35 @@ def merge(shards: Sequence[tuple[Path, dict[str, Any]]]) -> Summary:
     for _, report in shards[1:]:
         summary.absorb(Summary.from_report(report))
     return summary
+
+
+# What a shard's checksum leaves out: what differs between two runs of the same seeds.
+UNCHECKED: Final = ("wall_seconds", "code")
+
+
+def checksum(report: dict[str, Any]) -> str:
+    """A shard's checksum: sha256 of its findings (every field but ``UNCHECKED``)."""
+    found = {k: v for k, v in report.items() if k not in UNCHECKED}
+    return hashlib.sha256(json.dumps(found, sort_keys=True).encode()).hexdigest()
+
+
+def digest(shards: Sequence[tuple[Path, dict[str, Any]]], merged: dict[str, Any]) -> dict[str, Any]:
+    """A campaign's digest: each shard's seeds, commit, figures and checksum, and the merged
+    report without its histogram (a few kilobytes where the shards take megabytes)."""
+    return {
+        "shards": [
+            {
+                "file": path.name,
+                "seeds": text_of(report["seeds"]["ranges"]),
+                "code": report["code"],  # each commit that ran some of its seeds
+                "messages": report["messages"],
+                "lost": report["lost"],
+                "early": report["early"],
+                "violations": report["violations"],
+                "duplicates": report["duplicates"],
+                "checksum": checksum(report),
+            }
+            for path, report in shards
+        ],
+        "merged": {k: v for k, v in merged.items() if k != "lateness_histogram"},
+    }

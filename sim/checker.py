@@ -44,10 +44,11 @@ against the documented guarantees.
   than its cap (each message counted once, by its first delivery: duplicates are
   at-least-once; a reschedule's copy is not counted against the cap, as documented); a
   message rejected as ``quota-exceeded`` belongs to a tenant whose quota rejects, whose
-  quota was used up: at least that many of its messages acknowledged within an invocation
-  of it were accepted (a
-  deferring quota delivers them; no cap in this world is too low to place a message within
-  7 days) and sits in the reject queue with its original bytes. The lateness of a capped or
+  quota was used up in the second of its record's timestamp (at least that many of the
+  tenant's messages written in that second were accepted: a redelivered batch is counted as
+  its first attempt was, whatever records it holds), is never also delivered (a deferring
+  quota delivers them; no cap in this world is too low to place a message within 7 days)
+  and sits in the reject queue with its original bytes. The lateness of a capped or
   deferred tenant's messages counts from their release and is reported apart. With a delay
   queue per priority, every envelope sent to a delay queue went to its priority's queue and
   carries the priority it was written with (a reschedule's copy: its original's).
@@ -158,6 +159,8 @@ class Checker:
         self.workload = workload
         self.hold_ms = pipeline.settings.max_hold_ms
         acked = {(a.record["partition"], a.record["offset"]): a.at_ms for a in pipeline.kafka.acked}
+        # A record ingest refused and an operator's redrive later had accepted counts from then.
+        acked.update(pipeline.operator.redriven)
         self.ack_ms = {id(i): acked.get((i.partition, i.offset)) for i in workload.intents}
         self.deliveries: dict[tuple[str, int], list[Produced]] = defaultdict(list)
         for produced in pipeline.cluster.log:
@@ -299,6 +302,7 @@ class Checker:
                 and refused[0] == Reason.QUOTA_EXCEEDED
             )
         found["dead letter"] = sum(len(reasons) for reasons in self.dead.values())
+        found["redrive"] = self.p.operator.handled
         return found
 
     # --- priorities -----------------------------------------------------------------------
@@ -355,9 +359,14 @@ class Checker:
         )
 
     def _check_over_quota(
-        self, message: Intent, record: dict[str, Any] | None, verdict: Verdict
+        self,
+        message: Intent,
+        record: dict[str, Any] | None,
+        delivered: list[Produced],
+        verdict: Verdict,
     ) -> None:
-        """A request rejected over its tenant's quota is in the reject queue whole."""
+        """A request rejected over its tenant's quota is in the reject queue whole, never
+        delivered, and its tenant's quota was used up in its record's second."""
         if (
             record is None
             or record.get("value") != base64.b64encode(message.value or b"").decode()
@@ -367,20 +376,26 @@ class Checker:
             detail = "rejected over quota, not in the reject queue with its original bytes"
             verdict.violations.append(Violation("lost", message.delay_id, message.due_ms, detail))
             return
+        if delivered:
+            detail = f"rejected over quota and delivered at {delivered[0].at_ms}"
+            verdict.violations.append(
+                Violation("refused", message.delay_id, message.due_ms, detail)
+            )
+            return
         quota = self._limits_of(message).ingest_per_second or 0
-        ack = self.ack_ms[id(message)] or 0
-        accepted = [
-            i
+        second = message.send_ms // 1000
+        accepted = sum(
+            1
             for i in self.workload.intents
             if i.kind == "delay"
             and i.tenant == message.tenant
+            and i.send_ms // 1000 == second
             and (i.partition, i.offset) not in self.rejects
-            and abs((self.ack_ms[id(i)] or -READ_BOUND_MS * 2) - ack) <= READ_BOUND_MS
-        ]
-        if len(accepted) < quota:
+        )
+        if accepted < quota:
             detail = (
-                f"rejected over a quota of {quota}/s with {len(accepted)} of its tenant's "
-                "messages accepted around it"
+                f"rejected over a quota of {quota}/s with {accepted} of its tenant's "
+                f"messages written in second {second} accepted"
             )
             verdict.violations.append(
                 Violation("refused", message.delay_id, message.due_ms, detail)
@@ -478,7 +493,12 @@ class Checker:
         if refused is not None and refused[0] == Reason.QUOTA_EXCEEDED:
             limits = self._limits_of(message)
             if limits.ingest_per_second is not None and not limits.defers:
-                self._check_over_quota(message, refused[1], verdict)
+                delivered = [
+                    d
+                    for d in self.deliveries.get((message.delay_id, message.due_ms), [])
+                    if self.sources.get(id(d)) is message
+                ]
+                self._check_over_quota(message, refused[1], delivered, verdict)
                 return
         if refused is not None:
             detail = f"a valid request rejected: {refused[0]}"

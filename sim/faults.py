@@ -100,6 +100,16 @@ class Knobs:
     # every marker is read for their first hour); otherwise it has run for a day.
     fresh_stack: float = 0.25
     kafka_outage: float = 0.2
+    # Per successful ingest batch: its offsets are not committed (a rebalance, a commit the
+    # event source lost), so the batch comes again from the same offset, holding as many
+    # records as are there by then (AWS: "Lambda processes each event at least once"); in a
+    # run whose consumer group keeps rebalancing (per run), kafka_rebalancing_redeliver.
+    kafka_redeliver: float = 0.01
+    kafka_rebalancing: float = 0.25
+    kafka_rebalancing_redeliver: float = 0.2
+    # Per run: an operator runs ``delayq redrive`` (the reject queue, then the delay queue's
+    # dead-letter queue) one to three times, at arbitrary times (sim.sources.operator).
+    redrive: float = 0.3
     kafka_outage_max_s: int = 3_600
     # Per run: one delay-topic partition's event source stalls for 10 s to 5 minutes (its
     # records are read late, some past due); ingest's clock is 1-3 minutes behind (the

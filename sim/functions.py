@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Final
 
+from delayq.direct import DirectServices
+from delayq.ingest import IngestServices
 from delayq.kafka import KafkaDelivery
 from delayq.payloads import PayloadStore
 from delayq.pending import PendingCounts
@@ -24,7 +26,14 @@ from sim.faults import Knobs, RetryLedger
 from sim.world import Crash, Invocation, World
 
 # From template.yaml: each function's timeout.
-TIMEOUT_S: Final = {"ingest": 60, "timer": 10, "scheduler": 60, "emitter": 30, "cleanup": 60}
+TIMEOUT_S: Final = {
+    "ingest": 60,
+    "timer": 10,
+    "scheduler": 60,
+    "emitter": 30,
+    "cleanup": 60,
+    "operator": 3_600,  # not a function: ``delayq redrive`` on an operator's machine
+}
 
 
 @dataclass
@@ -44,6 +53,18 @@ class Container:
     # The tenant limits' counters (None: no tenant has a limit), as ``delayq.runtime`` has
     # them: ingest's release slots and quotas, the emitter's slots for late capped messages.
     shaper: Shaper | None
+
+    def ingest_services(self) -> IngestServices:
+        """What ingest (and a redrive re-ingesting rejects) uses in this environment."""
+        return IngestServices(
+            self.store,
+            self.delay_queue,
+            self.rejects,
+            self.payloads,
+            direct=DirectServices(self.delivery, self.stats),
+            shaper=self.shaper,
+            pending=self.pending,
+        )
 
 
 class _Containers:

@@ -30,6 +30,7 @@ from sim.functions import Container, Functions
 from sim.iam import Roles, parameter, resolved_property, roles
 from sim.sources.delay_queue import DelayQueueSource
 from sim.sources.kafka import KafkaSource
+from sim.sources.operator import Operator
 from sim.sources.sqs import QueuePoller
 from sim.sources.stream import StreamSource
 from sim.sources.ticks import Ticks
@@ -112,7 +113,15 @@ class Pipeline:
         self.retries = RetryLedger()  # transient errors the invocations have not retried yet
         self.ingest_behind_ms = 0
         self.functions = Functions(world, knobs, self.retries, self._container)
-        self.kafka = KafkaSource(world, s, self.functions)
+        self.kafka = KafkaSource(world, knobs, s, self.functions)
+        self.operator = Operator(
+            world,
+            knobs=knobs,
+            settings=s,
+            functions=self.functions,
+            bodies=self.queue_bodies,
+            clients=self._operator_clients,
+        )
         self.ticks = Ticks(
             world, knobs, s, self.functions, sqs=self.sqs, roles=self.roles, url=s.tick_queue_url
         )
@@ -195,6 +204,13 @@ class Pipeline:
             pending=PendingCounts(as_dynamodb_client(dynamodb), s.table_name, backoff=backoff),
             shaper=self._shaper(function, store),
         )
+
+    def _operator_clients(self, _container: Container) -> tuple[Any, Any]:
+        """An operator's SQS and S3 clients (``delayq redrive``): AWS's faults, no role."""
+        world, knobs, guard, ledger = self.world, self.knobs, self.roles.guard, self.retries
+        sqs = Faulty(_Notifying(self.sqs, self._sent), world, knobs, "sqs", guard, ledger=ledger)
+        s3 = Faulty(self.s3, world, knobs, "s3", guard, ledger=ledger)
+        return as_sqs_client(sqs), as_s3_client(s3)
 
     def _shaper(self, function: str, store: MessageStore) -> Shaper | None:
         limits = self.settings.limits

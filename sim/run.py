@@ -61,6 +61,7 @@ def simulate(
         settings = limited_settings(roles(), workload.limits)
     pipeline = Pipeline(world, knobs, settings)
     end = _plan_outages(world, knobs, pipeline, start, workload)
+    pipeline.operator.plan(start, min(workload.last_due_ms, end - SETTLE_MS), end - SETTLE_MS)
     for intent in workload.intents:
         world.at(intent.send_ms, partial(_write, pipeline, intent))
     pipeline.start(end)

@@ -1,7 +1,8 @@
 """The workload of one seeded run: what producers write to the delay topic, and when.
 
 Delays across both paths and the horizon boundary (due now or past, within the direct window,
-seconds, minutes, either side of 15 minutes, hours), same-second bursts, cancels before and
+seconds, minutes, either side of 15 minutes, hours; in some runs days, up to the maximum
+delay), same-second bursts (some written over their second, record by record), cancels before and
 after delivery, ids reused after a cancel, reschedules earlier and later, values large enough
 to be offloaded to S3 and records exactly at the payload limit, and invalid records.
 
@@ -52,7 +53,16 @@ class Shape:
     messages: int = 300
     window_ms: int = 20 * 60_000
     max_delay_ms: int = 2 * 3_600_000
+    # Of runs: some of their messages (long_delay of them) wait hours to days, up to the
+    # deployed maximum delay (MaxDelaySeconds: 7 days, less the clocks' margin), so TTL,
+    # payload lifecycles and marker lifetimes meet real lifetimes.
+    long_runs: float = 0.15
+    long_delay: float = 0.05
+    longest_delay_ms: int = 7 * 86_400_000 - 10 * 60_000
     burst_size: int = 25
+    # Of bursts: written over one second (each record at its own millisecond, so the event
+    # source's first batch may hold part of one, and its retry more), not all at once.
+    burst_spread: float = 0.5
     cancel: float = 0.08
     direct_cancel: float = 0.3  # of messages for the direct path
     reuse_after_cancel: float = 0.35
@@ -187,19 +197,11 @@ def generate(rng: random.Random, start_ms: int, shape: Shape) -> Workload:
             tenant=tenant,
         )
 
+    # Draws added later come from a generator of their own: the main stream stays as it was.
+    spread = random.Random(repr(rng.getstate()))
+
     def delay_ms() -> int:
-        band = rng.random()
-        if band < 0.05:
-            return -rng.randint(0, 5_000)  # due already
-        if band < 0.17:
-            return rng.randint(0, DIRECT_WINDOW_MS)  # the direct window
-        if band < 0.37:
-            return rng.randint(1_000, 60_000)
-        if band < 0.55:
-            return rng.randint(60_000, HORIZON_MS - 40_000)
-        if band < 0.67:
-            return rng.randint(HORIZON_MS - 20_000, HORIZON_MS + 20_000)  # the boundary
-        return rng.randint(HORIZON_MS + 20_000, shape.max_delay_ms)
+        return _wait(rng, shape)
 
     made = 0
     while made < shape.messages:
@@ -208,10 +210,13 @@ def generate(rng: random.Random, start_ms: int, shape: Shape) -> Workload:
             due_ms = send_ms + max(0, delay_ms())
             second_ms = due_ms - due_ms % 1000
             tenant = rng.choice(TENANTS) if shape.limits else ""
-            out.extend(
+            burst = [
                 delay(send_ms, second_ms + rng.randint(0, 999), new_id(), tenant=tenant)
                 for _ in range(shape.burst_size)
-            )
+            ]
+            if spread.random() < shape.burst_spread:
+                _over_its_second(burst, spread)
+            out.extend(burst)
             made += shape.burst_size
             continue
         if rng.random() < shape.invalid:
@@ -229,10 +234,53 @@ def generate(rng: random.Random, start_ms: int, shape: Shape) -> Workload:
         out.append(message)
         made += 1
         _controls(rng, shape, message, out, delay)
+    if spread.random() < shape.long_runs:
+        _lengthen(out, spread, shape)
     # The corners draw from their own generator, so that the rest of the mix is the same as
     # without them (a seed's older findings still reproduce).
     corners = _Corners(random.Random(repr(rng.getstate())), shape, delay)
     return Workload(corners.follow_all(out), tenant_limits(rng) if shape.limits else "")
+
+
+def _over_its_second(burst: list[Intent], rng: random.Random) -> None:
+    """Write a burst record by record over the second it was sent in."""
+    for message in burst:
+        message.send_ms += rng.randrange(1000) - message.send_ms % 1000
+
+
+def _lengthen(out: list[Intent], rng: random.Random, shape: Shape) -> None:
+    """Make ``long_delay`` of the messages no control names yet wait hours to days (the
+    corners may then add controls to them)."""
+    seen = Counter(i.delay_id for i in out)
+    for message in out:
+        if message.kind != "delay" or seen[message.delay_id] > 1:
+            continue
+        if rng.random() >= shape.long_delay:
+            continue
+        message.due_ms = message.send_ms + rng.randint(shape.max_delay_ms, shape.longest_delay_ms)
+        message.headers = [
+            (c.HEADER_DELIVER_AT, str(message.due_ms).encode())
+            if name in {c.HEADER_DELIVER_AT, c.HEADER_DELAY_MS}
+            else (name, value)
+            for name, value in message.headers
+        ]
+
+
+def _wait(rng: random.Random, shape: Shape) -> int:
+    """A delay: due already, within the direct window, seconds, minutes, either side of the
+    horizon, hours."""
+    band = rng.random()
+    if band < 0.05:
+        return -rng.randint(0, 5_000)  # due already
+    if band < 0.17:
+        return rng.randint(0, DIRECT_WINDOW_MS)  # the direct window
+    if band < 0.37:
+        return rng.randint(1_000, 60_000)
+    if band < 0.55:
+        return rng.randint(60_000, HORIZON_MS - 40_000)
+    if band < 0.67:
+        return rng.randint(HORIZON_MS - 20_000, HORIZON_MS + 20_000)  # the boundary
+    return rng.randint(HORIZON_MS + 20_000, shape.max_delay_ms)
 
 
 def _invalid(rng: random.Random, send_ms: int, delay_id: str) -> Intent:

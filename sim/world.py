@@ -81,6 +81,7 @@ class World:
     rng: random.Random = field(init=False)
     # A second stream, for knobs added later: turning one up leaves ``rng``'s draws as they were.
     side_rng: random.Random = field(init=False)
+    _streams: dict[str, random.Random] = field(default_factory=dict)
     faults: Counter[str] = field(default_factory=Counter)
     history: list[str] = field(default_factory=list)
     _heap: list[tuple[int, int, Action]] = field(default_factory=list)
@@ -116,6 +117,14 @@ class World:
             self.now_ms = max(self.now_ms, when)
             action()
         self.now_ms = max(self.now_ms, end_ms)
+
+    def stream(self, name: str) -> random.Random:
+        """A random stream of its own for ``name`` (knobs added later draw from one, so that
+        turning them on leaves the others' draws as they were)."""
+        found = self._streams.get(name)
+        if found is None:
+            found = self._streams[name] = random.Random(f"{name}-{self.seed}")
+        return found
 
     def note(self, text: str) -> None:
         """One line of the history (what the checker's report prints for a broken message)."""

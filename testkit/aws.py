@@ -1051,17 +1051,31 @@ class FakeSqs:
         Entries: Sequence[Mapping[str, str]],  # noqa: N803
     ) -> dict[str, Any]:
         """Delete up to 10 received messages; an invalid handle fails that entry only."""
-        operation = "DeleteMessageBatch"
-        queue = self._queue(QueueUrl, operation)
-        if len(Entries) > SQS_MAX_BATCH_ENTRIES:
+
+        def delete(queue: _Queue, message: SqsMessage, _entry: Mapping[str, Any]) -> None:
+            del queue.messages[message.message_id]
+
+        return self._each_handle(QueueUrl, "DeleteMessageBatch", Entries, delete)
+
+    def _each_handle(
+        self,
+        url: str,
+        operation: str,
+        entries: Sequence[Mapping[str, Any]],
+        apply: Callable[[_Queue, SqsMessage, Mapping[str, Any]], None],
+    ) -> dict[str, Any]:
+        """A batch call on received messages: ``apply`` to each entry's message; an invalid
+        receipt handle fails that entry only."""
+        queue = self._queue(url, operation)
+        if len(entries) > SQS_MAX_BATCH_ENTRIES:
             raise _error(
                 operation,
                 "AWS.SimpleQueueService.TooManyEntriesInBatchRequest",
-                f"Maximum number of entries per request are 10. You have sent {len(Entries)}.",
+                f"Maximum number of entries per request are 10. You have sent {len(entries)}.",
             )
         self._record(queue, operation, 0)
         successful, failed = [], []
-        for entry in Entries:
+        for entry in entries:
             try:
                 message = self._by_handle(queue, entry["ReceiptHandle"], operation)
             except ClientError:
@@ -1069,7 +1083,7 @@ class FakeSqs:
                     {"Id": entry["Id"], "SenderFault": True, "Code": "ReceiptHandleIsInvalid"}
                 )
                 continue
-            del queue.messages[message.message_id]
+            apply(queue, message, entry)
             successful.append({"Id": entry["Id"]})
         return {"Successful": successful, "Failed": failed}
 
@@ -1088,6 +1102,20 @@ class FakeSqs:
         message.visible_ms = self.clock() + VisibilityTimeout * 1000
         heapq.heappush(queue.heap, (message.visible_ms, next(self._seq), message.message_id))
         return {}
+
+    def change_message_visibility_batch(
+        self,
+        *,
+        QueueUrl: str,  # noqa: N803
+        Entries: Sequence[Mapping[str, Any]],  # noqa: N803
+    ) -> dict[str, Any]:
+        """Up to 10 :meth:`change_message_visibility`; an invalid handle fails that entry only."""
+
+        def hide(queue: _Queue, message: SqsMessage, entry: Mapping[str, Any]) -> None:
+            message.visible_ms = self.clock() + int(entry["VisibilityTimeout"]) * 1000
+            heapq.heappush(queue.heap, (message.visible_ms, next(self._seq), message.message_id))
+
+        return self._each_handle(QueueUrl, "ChangeMessageVisibilityBatch", Entries, hide)
 
 
 # --- S3 ------------------------------------------------------------------------------------

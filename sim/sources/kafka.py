@@ -1,5 +1,9 @@
 """Kafka -> ingest: per partition, one batch at a time, in order; a batch whose invocation
-fails or dies is retried whole (its records are acknowledged only when it succeeds). A batch
+fails or dies is retried whole (its records are acknowledged only when it succeeds), from
+its first offset with the records there by then (up to the batch size), so a retry may hold
+more records than the first attempt. A batch that succeeded may come again the same way
+(``Knobs.kafka_redeliver``: its offsets were not committed; more often in a run whose consumer
+group keeps rebalancing). A batch
 that ingest fails with a programming error (not an AWS or delay-queue error) three times in a
 row blocks its partition for good, as it would on AWS: the run records it (the checker's
 ``stuck``) and stops retrying it, so that the seed ends with its story instead of retrying to
@@ -13,10 +17,10 @@ from typing import Any, Final
 from botocore.exceptions import BotoCoreError, ClientError
 from confluent_kafka import KafkaException
 
-from delayq.direct import DirectServices
 from delayq.exceptions import DelayQueueError
-from delayq.ingest import IngestServices, ingest_batch
+from delayq.ingest import ingest_batch
 from delayq.settings import Settings
+from sim.faults import Knobs
 from sim.functions import Container, Functions
 from sim.workload import PARTITIONS
 from sim.world import Invocation, World
@@ -63,6 +67,7 @@ class Partition:
     number: int
     records: list[dict[str, Any]] = field(default_factory=list)
     committed: int = 0
+    acked: int = 0  # the offset before which every record was acknowledged once
     busy: bool = False
     polling: bool = False
     # Consecutive failures of the batch at ``committed`` by a bug (``is_bug``).
@@ -74,8 +79,13 @@ class KafkaSource:
     """The delay topic's partitions, the records ingest acknowledged, and the stalls the run
     planted: ``(partition, from, until)``, while which the event source does not poll it."""
 
-    def __init__(self, world: World, settings: Settings, functions: Functions) -> None:
+    def __init__(
+        self, world: World, knobs: Knobs, settings: Settings, functions: Functions
+    ) -> None:
         self.world = world
+        self.knobs = knobs
+        rebalancing = world.stream("kafka").random() < knobs.kafka_rebalancing
+        self.redeliver = knobs.kafka_rebalancing_redeliver if rebalancing else knobs.kafka_redeliver
         self.settings = settings
         self.functions = functions
         self.partitions = [Partition(n) for n in range(PARTITIONS)]
@@ -111,19 +121,10 @@ class KafkaSource:
         p.busy = True
 
         def body(cn: Container, invocation: Invocation) -> None:
-            services = IngestServices(
-                cn.store,
-                cn.delay_queue,
-                cn.rejects,
-                cn.payloads,
-                direct=DirectServices(cn.delivery, cn.stats),
-                shaper=cn.shaper,
-                pending=cn.pending,
-            )
             ingest_batch(
                 kafka_event(*batch),
                 settings=self.settings,
-                services=services,
+                services=cn.ingest_services(),
                 clock=cn.clock,
                 deadline=self.world.deadline(invocation),
                 sleep=self.world.sleep,
@@ -132,9 +133,17 @@ class KafkaSource:
         def done(ok: bool) -> None:
             p.busy = False
             if ok:
-                p.committed += len(batch)
                 p.bugs = 0
-                self.acked.extend(Acked(r, self.world.now_ms) for r in batch)
+                self.acked.extend(
+                    Acked(r, self.world.now_ms) for r in batch if r["offset"] >= p.acked
+                )
+                p.acked = max(p.acked, p.committed + len(batch))
+                if self.redeliver > 0 and self.world.stream("kafka").random() < self.redeliver:
+                    self.world.faults["kafka-redelivered"] += 1
+                    self.world.note(f"delay-requests-{p.number} redelivers from {p.committed}")
+                    self._poll_partition(p, self.world.stream("kafka").randint(500, 30_000))
+                    return
+                p.committed += len(batch)
                 self._poll_partition(p, 0)
                 return
             error = self.functions.last_failure

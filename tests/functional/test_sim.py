@@ -505,8 +505,9 @@ def _slots_ignore_the_counters(monkeypatch: pytest.MonkeyPatch) -> None:
 
     def release_slots(
         _claim: Any, _key: str, due_second: int, count: int, _per_second: int, **kw: Any
-    ) -> list[tuple[int, int, int]]:
-        return [(max(due_second, kw.get("first_second") or due_second), count, 0)]
+    ) -> dict[int, tuple[int, int]]:
+        second = max(due_second, kw.get("first_second") or due_second)
+        return dict.fromkeys(range(count), (second, 0))
 
     monkeypatch.setattr(shaping, "release_slots", release_slots)
 

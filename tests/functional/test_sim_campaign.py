@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sim.__main__ import main
-from sim.campaign import code_version
+from sim.campaign import checksum, code_version
 
 # A small shape: seconds a seed.
 ARGS = ["--workers", "1", "--hours", "0.05", "--messages", "37", "--quiet"]
@@ -66,6 +66,26 @@ def test_the_merged_chunks_are_the_run_over_all_their_seeds(
     assert "merged 2 shards" in text
     assert "lost 0, early 0" in text
     assert f"seeds 3-5; code: 3-5 by {str(version['commit'] or 'unknown code')[:12]}" in text
+
+
+def test_a_digest_keeps_each_shards_seeds_commit_figures_and_a_checksum_a_rerun_matches(
+    shards: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "digest.json"
+    capsys.readouterr()
+    assert main(["digest", str(shards["first"]), str(shards["second"]), "--out", str(out)]) == 0
+    found = read(out)
+    first, second = found["shards"]
+    assert (first["seeds"], second["seeds"]) == ("3-4", "5")
+    assert first["code"] == [{**code_version(), "seeds": [[3, 4]]}]
+    assert first["messages"] == read(shards["first"])["messages"]
+    assert "lateness_histogram" not in found["merged"]
+    assert found["merged"]["lateness_ms"] == read(shards["whole"])["lateness_ms"]
+    # The same seeds run again on the same code: the same checksum (wall time aside).
+    again = tmp_path / "again.json"
+    flags = ["--limits"] if read(shards["second"])["shape"]["limits"] else []
+    assert main(["--seeds", "5", *ARGS, *flags, "--out", str(again)]) == 0
+    assert checksum(read(again)) == second["checksum"]
 
 
 def test_a_merged_file_merges_again(

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import json
 import random
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import pytest
@@ -13,6 +15,10 @@ from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeou
 from confluent_kafka import KafkaError
 
 from delayq import constants as c
+from delayq.payloads import PayloadStore
+from delayq.queues import RejectQueue, SqsQueue
+from delayq.records import Reason, Rejection
+from delayq.retry import Backoff, Deadline
 from sim.aws import (
     DAY_MS,
     FOLLOWERS,
@@ -28,11 +34,13 @@ from sim.faults import DriftingClock, Faulty, Knobs, RetryLedger
 from sim.functions import Functions
 from sim.iam import parameter, roles
 from sim.pipeline import Pipeline, sim_settings
+from sim.sources import kafka as kafka_source
 from sim.sources.stream import StreamSource
 from sim.workload import Shape, generate
 from sim.world import Crash, Invocation, World
-from testkit.aws import FakeSqs, RequestCounter
+from testkit.aws import FakeSqs, RequestCounter, as_s3_client, as_sqs_client
 from testkit.clock import NOW_MS
+from testkit.events import kafka_record
 
 CALM = Knobs.calm()
 TABLE = "t"
@@ -634,6 +642,75 @@ def test_the_workload_writes_records_exactly_at_the_payload_limit() -> None:
         == c.DEFAULT_MAX_PAYLOAD_BYTES
     ]
     assert len(at_limit) >= 5
+
+
+def test_a_burst_may_be_written_over_its_second_or_all_at_once() -> None:
+    def bursts(spread: float) -> list[list[int]]:
+        workload = generate(random.Random(3), NOW_MS, Shape(messages=600, burst_spread=spread))
+        by_second: dict[int, list[int]] = {}
+        for i in workload.intents:
+            if i.kind == "delay":
+                by_second.setdefault(i.send_ms // 1000, []).append(i.send_ms)
+        return [sends for sends in by_second.values() if len(sends) >= Shape().burst_size]
+
+    together, spread = bursts(0.0), bursts(1.0)
+    assert together
+    assert spread
+    assert all(len(set(sends)) < 5 for sends in together)
+    assert all(len(set(sends)) > 10 for sends in spread)
+
+
+def test_a_batch_whose_offsets_were_not_committed_comes_again_from_its_first_offset(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # AWS: "Lambda event source mappings process each event at least once, and duplicate processing of records can occur" (https://docs.aws.amazon.com/lambda/latest/dg/with-kafka.html)  # noqa: E501
+    batches: list[list[int]] = []
+
+    def ingest_batch(event: dict[str, Any], **_: Any) -> None:
+        batches.append(sorted(r["offset"] for rs in event["records"].values() for r in rs))
+
+    monkeypatch.setattr(kafka_source, "ingest_batch", ingest_batch)
+    w = world()
+    pipeline = Pipeline(w, replace(CALM, kafka_redeliver=1.0))
+    record = kafka_record(target="reminders", seconds="60")
+    for _ in range(2):
+        pipeline.kafka.write(0, record)
+    for after_ms in (700, 701):
+        w.at(w.now_ms + after_ms, partial(pipeline.kafka.write, 0, record))
+    w.run_until(w.now_ms + 60_000)
+    assert batches[0] == [0, 1]
+    assert [0, 1, 2, 3] in batches[1:]  # again, with the records written since
+    assert w.faults["kafka-redelivered"] >= 2
+    # Acknowledged once each, when first ingested.
+    assert sorted(a.record["offset"] for a in pipeline.kafka.acked) == [0, 1, 2, 3]
+
+
+def test_an_operators_redrive_ingests_the_reject_queue_again_and_notes_what_it_accepted() -> None:
+    w = world()
+    pipeline = Pipeline(w, CALM)
+    s = pipeline.settings
+    rejects = RejectQueue(
+        SqsQueue(as_sqs_client(pipeline.sqs), s.reject_queue_url, Backoff(sleep=w.sleep)),
+        PayloadStore(as_s3_client(pipeline.s3), s.payload_bucket, Backoff(sleep=w.sleep)),
+    )
+    due = w.now_ms + 60_000
+    allowed = kafka_record(offset=7, target="reminders", deliver_at=str(due), id="r-1")
+    forbidden = kafka_record(offset=8, target="payments.internal", deliver_at=str(due))
+    rejects.send(
+        [  # the first refused by an allow-list since widened, the second still refused
+            Rejection(Reason.TARGET_NOT_ALLOWED, "old allow-list", allowed, "delay-requests", 0, 7),
+            Rejection(Reason.TARGET_NOT_ALLOWED, "no", forbidden, "delay-requests", 0, 8),
+        ],
+        w.now_ms,
+        Deadline.after(30),
+    )
+    w.at(w.now_ms + 1_000, pipeline.operator._run)
+    w.run_until(due + 60_000)
+    assert pipeline.operator.redriven == {(0, 7): pytest.approx(w.now_ms - 119_000, abs=5_000)}
+    (left,) = pipeline.queue_bodies(s.reject_queue_url)
+    assert json.loads(left)["source"]["offset"] == 8
+    (delivered,) = pipeline.cluster.log
+    assert delivered.record.header(c.HEADER_ID) == b"r-1"
 
 
 def test_a_lost_delivery_report_comes_after_the_write() -> None:
