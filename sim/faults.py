@@ -248,10 +248,12 @@ class RetryLedger:
         failures = left[call][2] + 1 if call in left else 1
         left[call] = (at_ms, type(error).__name__, failures)
 
-    def ended(self, invocation: Invocation, killed: bool) -> None:
-        """``invocation`` is over; ``killed``: it crashed or timed out (no retry was possible)."""
+    def ended(self, invocation: Invocation, killed: bool, out_of_time: bool = False) -> None:
+        """``invocation`` is over; ``killed``: it crashed or timed out (no retry was possible);
+        ``out_of_time``: it failed because the layer's deadline for a call left no time for
+        another try (a shorter deadline than the invocation's: a reschedule's cutoff)."""
         left = self._open.pop(invocation.number, {})
-        if killed:
+        if killed or out_of_time:
             return
         last_chance = invocation.end_ms - SAFETY_MS - self.slack_ms
         for call, (at_ms, error, failures) in left.items():

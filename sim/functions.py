@@ -14,6 +14,7 @@ from functools import partial
 from typing import Final
 
 from delayq.direct import DirectServices
+from delayq.exceptions import OutOfTimeError
 from delayq.ingest import IngestServices
 from delayq.kafka import KafkaDelivery
 from delayq.payloads import PayloadStore
@@ -131,9 +132,20 @@ class Functions:
                 self.world.note(f"{function} #{invocation.number} failed: {type(e).__name__}: {e}")
                 self.last_failure = e
                 alive = True
-            self.retries.ended(invocation, killed=not alive)
+            self.retries.ended(
+                invocation, killed=not alive, out_of_time=_out_of_time(self.last_failure)
+            )
             if alive:  # a dead process takes its container with it
                 containers.give_back(container)
             done(ok)
 
         self.world.invoke(function, TIMEOUT_S[function], run)
+
+
+def _out_of_time(error: BaseException | None) -> bool:
+    """Whether ``error`` (or what it was raised from) is the layer running out of its time."""
+    while error is not None:
+        if isinstance(error, OutOfTimeError):
+            return True
+        error = error.__cause__ or error.__context__
+    return False

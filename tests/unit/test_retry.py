@@ -16,7 +16,7 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
-from delayq.exceptions import RetriesExhaustedError
+from delayq.exceptions import OutOfTimeError, RetriesExhaustedError
 from delayq.retry import Backoff, Deadline, is_retryable, retry_call, retry_partial
 from testkit.clock import FakeClock, no_sleep_backoff
 from testkit.lambda_context import LambdaContext
@@ -289,10 +289,19 @@ def test_retry_partial_stops_when_the_deadline_is_shorter_than_the_next_pause() 
     clock = FakeClock()
     send = Flaky([[1]] * 10)
     backoff = Backoff(rng=UpperBound(), sleep=clock.sleep)
-    with pytest.raises(RetriesExhaustedError):
+    with pytest.raises(OutOfTimeError):  # a RetriesExhaustedError that says why
         retry_partial("op", send, [1], backoff, Deadline(lambda: 40, safety_ms=0))
     assert len(send.calls) == 1
     assert clock.slept == []
+
+
+def test_retry_partial_out_of_attempts_is_not_out_of_time() -> None:
+    send = Flaky([[1]] * 10)
+    backoff = Backoff(rng=UpperBound(), sleep=lambda _: None, max_attempts=3)
+    with pytest.raises(RetriesExhaustedError) as caught:
+        retry_partial("op", send, [1], backoff, Deadline.after(3600))
+    assert not isinstance(caught.value, OutOfTimeError)
+    assert len(send.calls) == 3
 
 
 def test_retry_partial_uses_time_left_for_pauses_that_fit() -> None:

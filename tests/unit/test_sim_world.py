@@ -243,6 +243,10 @@ def test_no_retry_is_owed_when_killed_or_out_of_time() -> None:
     late = Invocation("emitter", NOW_MS, 30_000, 2)
     ledger.failed(late, "sqs.send_message", NOW_MS + 30_000 - ledger.slack_ms, error)
     ledger.ended(late, killed=False)
+    # Failed because the layer's own deadline for the call (a reschedule's cutoff) was up.
+    cut_short = Invocation("ingest", NOW_MS, 60_000, 3)
+    ledger.failed(cut_short, "dynamodb.update_item", NOW_MS, error)
+    ledger.ended(cut_short, killed=False, out_of_time=True)
     assert ledger.found == []
 
 

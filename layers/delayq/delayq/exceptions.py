@@ -10,6 +10,7 @@ __all__ = [
     "DeliveryError",
     "EnvelopeError",
     "MalformedEventError",
+    "OutOfTimeError",
     "PayloadMissingError",
     "PayloadStoreError",
     "QueueError",
@@ -39,6 +40,11 @@ class RetriesExhaustedError(DelayQueueError):
         self.operation = operation
         self.unsent = list(unsent)
         self.last_error = last_error
+
+
+class OutOfTimeError(RetriesExhaustedError):
+    """A call kept failing until its deadline left no time for another try (the
+    invocation's, or a shorter one the layer gave it, such as a reschedule's cutoff)."""
 
 
 class StoreError(DelayQueueError):

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from delayq.exceptions import RetriesExhaustedError
+from delayq.exceptions import OutOfTimeError, RetriesExhaustedError
 
 __all__ = [
     "AWS_ERRORS",
@@ -149,8 +149,9 @@ def retry_partial(
 
     A retryable exception (throttling, 5xx, a network error) retries the whole remaining set;
     any other exception propagates.
-    Raises :class:`RetriesExhaustedError` carrying the unsent items when attempts or time
-    run out, so the caller can fail the invocation (or report those items) and lose nothing.
+    Raises :class:`RetriesExhaustedError` carrying the unsent items when attempts run out
+    (:class:`OutOfTimeError` when time does), so the caller can fail the invocation (or
+    report those items) and lose nothing.
     """
     pending = list(items)
     last_error = ""
@@ -167,8 +168,10 @@ def retry_partial(
         if not pending:
             return
         pause = backoff.delay(attempt)
-        if attempt + 1 == backoff.max_attempts or deadline.remaining_seconds() < pause:
+        if attempt + 1 == backoff.max_attempts:
             break
+        if deadline.remaining_seconds() < pause:
+            raise OutOfTimeError(operation, pending, last_error)
         backoff.sleep(pause)
     raise RetriesExhaustedError(operation, pending, last_error)
 
