@@ -11,6 +11,7 @@ the end of the run."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -90,6 +91,8 @@ class KafkaSource:
         self.functions = functions
         self.partitions = [Partition(n) for n in range(PARTITIONS)]
         self.acked: list[Acked] = []
+        # How many ingest invocations each record (partition, offset) was given to.
+        self.attempts: Counter[tuple[int, int]] = Counter()
         self.stalls: list[tuple[int, int, int]] = []
         self.stuck: list[Stuck] = []
 
@@ -119,6 +122,7 @@ class KafkaSource:
             return
         batch = p.records[p.committed : p.committed + INGEST_BATCH]
         p.busy = True
+        self.attempts.update((p.number, r["offset"]) for r in batch)
 
         def body(cn: Container, invocation: Invocation) -> None:
             ingest_batch(
