@@ -52,7 +52,6 @@ class Operator:
         self._bodies = bodies
         self._clients = clients
         self.redriven: dict[tuple[int, int], int] = {}
-        self.runs = 0
         self.handled = 0  # messages the runs took from a queue and dealt with
 
     def plan(self, start_ms: int, busy_until_ms: int, end_ms: int) -> None:
@@ -67,7 +66,6 @@ class Operator:
             self.world.at(draw.randint(start_ms, max(start_ms, until)), self._run)
 
     def _run(self) -> None:
-        self.runs += 1
         self.world.faults["redrive"] += 1
         taken: set[tuple[int, int]] = set()
 
